@@ -28,7 +28,7 @@ def new_id() -> str:
 
 
 def is_valid_id(value: object) -> bool:
-    return isinstance(value, str) and _UUID_RE.match(value) is not None
+    return isinstance(value, str) and _UUID_RE.fullmatch(value) is not None
 
 
 def validate_id(value: object, what: str = "thread id") -> str:

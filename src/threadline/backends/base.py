@@ -1,0 +1,359 @@
+"""The Backend interface: what every CLI adapter implements, and what the engine gives it.
+
+A backend knows one CLI; the engine (threadline.server) knows the protocol. A backend never
+writes a notification: it reports *normalized events* through `TurnContext.emit`, asks for
+approvals through `TurnContext.request_approval`, and returns (or raises `BackendError`) when
+the turn is over. The turn runner turns that into protocol notifications and owns every
+invariant (item pairing, delta concatenation, exactly one `turn/completed`).
+
+Events are pushed (`await ctx.emit(...)`) rather than yielded from an async generator: trio
+forbids yielding from inside a nursery or cancel scope, and every real backend needs one
+(stderr drain, reader tasks).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ..protocol import (
+    BackendCapabilities,
+    CommandAction,
+    Model,
+    ThreadItem,
+    ThreadTokenUsage,
+    ToolRequestUserInputQuestion,
+    TurnError,
+    TurnPlanStep,
+    UserInput,
+)
+
+__all__ = [
+    "AgentMessageDelta",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Backend",
+    "BackendCheck",
+    "BackendError",
+    "BackendEvent",
+    "BackendSession",
+    "CommandOutputDelta",
+    "DiffUpdated",
+    "FileChangeOutputDelta",
+    "ItemCompleted",
+    "ItemStarted",
+    "McpProgress",
+    "PlanDelta",
+    "PlanUpdated",
+    "ReasoningSummaryDelta",
+    "ReasoningSummaryPartAdded",
+    "ReasoningTextDelta",
+    "RetryableError",
+    "SessionSettings",
+    "TokenUsageUpdated",
+    "TurnContext",
+    "TurnInput",
+    "TurnOutcome",
+    "Warning",
+]
+
+ApprovalPolicy = Literal["untrusted", "on-request", "never"]
+ApprovalDecision = Literal["accept", "acceptForSession", "decline", "cancel"]
+
+
+class BackendError(Exception):
+    """Ends the current turn as `failed` with a readable message (and optional Codex error
+    info such as `unauthorized`). The thread stays usable."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        codex_error_info: str | dict[str, Any] | None = None,
+        additional_details: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.codex_error_info = codex_error_info
+        self.additional_details = additional_details
+
+    def to_turn_error(self) -> TurnError:
+        return TurnError(
+            message=self.message,
+            codex_error_info=self.codex_error_info or "other",
+            additional_details=self.additional_details,
+        )
+
+
+# -- what the engine hands a backend ---------------------------------------------------------
+
+
+@dataclass
+class SessionSettings:
+    """Everything a backend needs to run one thread, resolved from the thread's params, the
+    stored record (on resume) and the environment. Per-thread values override the env."""
+
+    thread_id: str
+    cwd: str
+    mode: str
+    model: str | None = None
+    approval_policy: ApprovalPolicy = "on-request"
+    sandbox: str | None = None
+    base_instructions: str | None = None
+    developer_instructions: str | None = None
+    max_turns: int = 25
+    allowed_tools: list[str] | None = None
+    #: Free-form backend options from `thread/start.config` (mode, permissionMode, ...).
+    config: dict[str, Any] = field(default_factory=dict)
+    #: Environment for the CLI (the server's environment, passed through).
+    env: dict[str, str] = field(default_factory=dict)
+    #: `BACKEND_CLI_PATH` or `config.cliPath`: use this binary instead of the PATH lookup.
+    cli_path: str | None = None
+    #: The CLI's own session id, known when resuming.
+    backend_session_id: str | None = None
+    #: True when this session continues a stored thread (thread/resume).
+    resumed: bool = False
+    #: True once the role bootstrap message was sent (never repeat it on resume).
+    role_bootstrap_applied: bool = False
+
+    @property
+    def role_prompt(self) -> str | None:
+        """The thread's effective role/system prompt (developer + base instructions)."""
+        parts = [p for p in (self.base_instructions, self.developer_instructions) if p]
+        return "\n\n".join(parts) or None
+
+
+@dataclass
+class TurnInput:
+    turn_id: str
+    input: list[UserInput]
+    #: The text parts of `input`, joined by blank lines.
+    text: str
+    #: A role bootstrap message to deliver before the prompt on this turn, or None. The engine
+    #: sets it on a thread's first turn only (when the role prompt is non-empty).
+    bootstrap: str | None = None
+
+
+@dataclass
+class ApprovalRequest:
+    """Ask the client (through the approval router) whether a tool may run. The item must
+    have been announced with `ItemStarted` first."""
+
+    kind: Literal["command", "fileChange", "tool"]
+    item_id: str
+    command: str | None = None
+    cwd: str | None = None
+    command_actions: list[CommandAction] | None = None
+    reason: str | None = None
+    grant_root: str | None = None
+    #: For kind "tool": the tool name and its arguments.
+    tool: str | None = None
+    arguments: Any = None
+
+
+# -- normalized backend events -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ItemStarted:
+    item: ThreadItem
+
+
+@dataclass(frozen=True)
+class ItemCompleted:
+    item: ThreadItem
+
+
+@dataclass(frozen=True)
+class AgentMessageDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class ReasoningSummaryPartAdded:
+    item_id: str
+    summary_index: int
+
+
+@dataclass(frozen=True)
+class ReasoningSummaryDelta:
+    item_id: str
+    delta: str
+    summary_index: int = 0
+
+
+@dataclass(frozen=True)
+class ReasoningTextDelta:
+    item_id: str
+    delta: str
+    content_index: int = 0
+
+
+@dataclass(frozen=True)
+class CommandOutputDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class FileChangeOutputDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class PlanDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class McpProgress:
+    item_id: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PlanUpdated:
+    plan: list[TurnPlanStep]
+    explanation: str | None = None
+
+
+@dataclass(frozen=True)
+class DiffUpdated:
+    diff: str
+
+
+@dataclass(frozen=True)
+class TokenUsageUpdated:
+    usage: ThreadTokenUsage
+
+
+@dataclass(frozen=True)
+class RetryableError:
+    """A transient failure the CLI is retrying (`error` notification, `willRetry: true`)."""
+
+    error: TurnError
+
+
+@dataclass(frozen=True)
+class Warning:
+    message: str
+
+
+BackendEvent = (
+    ItemStarted
+    | ItemCompleted
+    | AgentMessageDelta
+    | ReasoningSummaryPartAdded
+    | ReasoningSummaryDelta
+    | ReasoningTextDelta
+    | CommandOutputDelta
+    | FileChangeOutputDelta
+    | PlanDelta
+    | McpProgress
+    | PlanUpdated
+    | DiffUpdated
+    | TokenUsageUpdated
+    | RetryableError
+    | Warning
+)
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """How a turn ended, from the backend's point of view. Returning None means completed."""
+
+    status: Literal["completed", "interrupted", "failed"]
+    error: TurnError | None = None
+
+
+class TurnContext(Protocol):
+    """What the engine gives `BackendSession.run_turn`."""
+
+    thread_id: str
+    turn_id: str
+    log: logging.Logger
+
+    def new_item_id(self) -> str: ...
+
+    async def emit(self, event: BackendEvent) -> None: ...
+
+    async def request_approval(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Ask for a decision. Fail-closed: anything but a valid answer comes back as
+        `decline`. `cancel` means: deny natively, and the engine interrupts the turn."""
+        ...
+
+    async def request_user_input(
+        self, item_id: str, questions: Sequence[ToolRequestUserInputQuestion]
+    ) -> dict[str, list[str]] | None:
+        """Ask the client questions; None when unanswered/declined (fail closed)."""
+        ...
+
+    async def set_backend_session_id(self, session_id: str) -> None:
+        """Record the CLI's own session id (persisted, used for resume)."""
+        ...
+
+    async def mark_role_bootstrap_applied(self) -> None: ...
+
+
+@dataclass
+class BackendCheck:
+    """Result of `Backend.check()`: is the CLI usable here?"""
+
+    available: bool
+    path: str | None = None
+    version: str | None = None
+    message: str | None = None
+    credentials: str | None = None
+
+
+class BackendSession(abc.ABC):
+    """One thread's live connection to a CLI (a long-lived process, or per-turn spawns)."""
+
+    #: False once the CLI died or got out of sync; the engine then closes this session and
+    #: opens a fresh one (resuming the CLI session) for the next turn.
+    healthy: bool = True
+
+    @abc.abstractmethod
+    async def run_turn(self, turn: TurnInput, ctx: TurnContext) -> TurnOutcome | None:
+        """Run one turn to its end. Raise BackendError to fail it. Cancellation (the engine's
+        hard stop) must leave no process behind."""
+
+    async def interrupt(self) -> None:  # noqa: B027 - optional hook
+        """Ask the CLI to stop the running turn natively (e.g. Claude's `interrupt` control
+        request). `run_turn` should then return soon (status interrupted). Backends whose
+        capabilities say `interrupt: False` are stopped by cancellation instead."""
+
+
+class Backend(abc.ABC):
+    """A CLI adapter. One instance per server; `session()` opens one per thread."""
+
+    id: str
+    display_name: str
+    modes: Sequence[str]
+    default_mode: str
+
+    @abc.abstractmethod
+    def capabilities(self, mode: str) -> BackendCapabilities: ...
+
+    @abc.abstractmethod
+    async def check(self, cli_path: str | None = None) -> BackendCheck:
+        """Is the CLI installed and runnable? Never raises; quick (a `--version` run)."""
+
+    @abc.abstractmethod
+    def session(self, settings: SessionSettings) -> AbstractAsyncContextManager[BackendSession]:
+        """Open a session for a thread. Entering it may spawn the CLI (or defer to the first
+        turn); leaving it must stop every process it started. Raise BackendError on failure."""
+
+    def models(self) -> list[Model]:
+        return []
+
+    def unsupported_options(self, settings: SessionSettings) -> list[str]:
+        """Names of options in `settings` this backend cannot honour (logged, then ignored)."""
+        return []

@@ -1,0 +1,346 @@
+"""The `mock` backend: deterministic, offline, no credentials — for client development, first
+runs and our own end-to-end tests. It goes through the same engine as the real backends.
+
+A prompt is a script, one directive per line (any other line is echoed back as the answer):
+
+    /text Hello there          stream an agent message, word by word
+    /reason Thinking about it  a reasoning item (streamed summary)
+    /run echo hi > out.txt     a real `sh -c` command behind a commandExecution approval
+    /write notes.txt Some text write a file (relative to the cwd) behind a fileChange approval
+    /tool fetch {"url": "x"}   a generic tool call behind an item/tool/requestApproval
+    /ask What is your name?    ask the client a question (item/tool/requestUserInput)
+    /plan Read | Edit | Test   a plan update (turn/plan/updated)
+    /sleep 2.5                 wait (the turn can be interrupted meanwhile)
+    /fail Something broke      fail the turn with this message
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shlex
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+import trio.lowlevel
+
+from ..ids import new_id
+from ..protocol import (
+    AgentMessageItem,
+    BackendCapabilities,
+    CommandExecutionItem,
+    DynamicToolCallItem,
+    FileChangeItem,
+    FileUpdateChange,
+    Model,
+    PatchKindAdd,
+    PatchKindUpdate,
+    ReasoningEffortOption,
+    ReasoningItem,
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+    ToolOutputText,
+    ToolRequestUserInputQuestion,
+    TurnPlanStep,
+    UnknownAction,
+)
+from . import base as b
+from .process import open_group_process
+
+__all__ = ["MockBackend"]
+
+_CAPS = BackendCapabilities(
+    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True
+)
+
+
+def _words(text: str) -> list[str]:
+    parts = text.split(" ")
+    return [p + (" " if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
+
+
+class MockSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings) -> None:
+        self.settings = settings
+        self.session_id = settings.backend_session_id or f"mock-{new_id()}"
+        self._scope: trio.CancelScope | None = None
+        self._turns = 0
+        self._usage = TokenUsageBreakdown(
+            total_tokens=0,
+            input_tokens=0,
+            cached_input_tokens=0,
+            output_tokens=0,
+            reasoning_output_tokens=0,
+        )
+
+    async def interrupt(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        await ctx.set_backend_session_id(self.session_id)
+        self._turns += 1
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            try:
+                if turn.bootstrap:
+                    await ctx.mark_role_bootstrap_applied()
+                    await self._message(ctx, f"[role bootstrap received: {turn.bootstrap}]")
+                await self._script(turn.text, ctx)
+                await self._report_usage(ctx, turn.text)
+            finally:
+                self._scope = None
+        if scope.cancelled_caught:
+            return b.TurnOutcome("interrupted")
+        return None
+
+    async def _script(self, text: str, ctx: b.TurnContext) -> None:
+        plain: list[str] = []
+        for line in text.splitlines() or [""]:
+            if not line.startswith("/"):
+                plain.append(line)
+                continue
+            name, _, arg = line[1:].partition(" ")
+            handler = getattr(self, f"_do_{name}", None)
+            if handler is None:
+                raise b.BackendError(f"mock: unknown directive /{name}")
+            await handler(arg.strip(), ctx)
+        reply = "\n".join(plain).strip()
+        if reply or not any(line.startswith("/") for line in text.splitlines()):
+            await self._message(ctx, f"mock reply: {reply}" if reply else "mock reply")
+
+    async def _message(self, ctx: b.TurnContext, text: str) -> None:
+        item_id = ctx.new_item_id()
+        await ctx.emit(b.ItemStarted(AgentMessageItem(id=item_id, text="")))
+        for word in _words(text):
+            await ctx.emit(b.AgentMessageDelta(item_id, word))
+            await trio.lowlevel.checkpoint()
+        await ctx.emit(b.ItemCompleted(AgentMessageItem(id=item_id, text=text)))
+
+    async def _report_usage(self, ctx: b.TurnContext, text: str) -> None:
+        last = TokenUsageBreakdown(
+            total_tokens=len(text) + 10,
+            input_tokens=len(text),
+            cached_input_tokens=0,
+            output_tokens=10,
+            reasoning_output_tokens=0,
+        )
+        u = self._usage
+        self._usage = TokenUsageBreakdown(
+            total_tokens=u.total_tokens + last.total_tokens,
+            input_tokens=u.input_tokens + last.input_tokens,
+            cached_input_tokens=0,
+            output_tokens=u.output_tokens + last.output_tokens,
+            reasoning_output_tokens=0,
+        )
+        await ctx.emit(b.TokenUsageUpdated(ThreadTokenUsage(total=self._usage, last=last)))
+
+    # -- directives ----------------------------------------------------------------------------
+
+    async def _do_text(self, arg: str, ctx: b.TurnContext) -> None:
+        await self._message(ctx, arg)
+
+    async def _do_reason(self, arg: str, ctx: b.TurnContext) -> None:
+        item_id = ctx.new_item_id()
+        await ctx.emit(b.ItemStarted(ReasoningItem(id=item_id)))
+        await ctx.emit(b.ReasoningSummaryPartAdded(item_id, 0))
+        for word in _words(arg):
+            await ctx.emit(b.ReasoningSummaryDelta(item_id, word, 0))
+        await ctx.emit(b.ItemCompleted(ReasoningItem(id=item_id, summary=[arg])))
+
+    async def _do_plan(self, arg: str, ctx: b.TurnContext) -> None:
+        steps = [s.strip() for s in arg.split("|") if s.strip()]
+        plan = [
+            TurnPlanStep(step=s, status="inProgress" if i == 0 else "pending")
+            for i, s in enumerate(steps)
+        ]
+        await ctx.emit(b.PlanUpdated(plan))
+
+    async def _do_sleep(self, arg: str, ctx: b.TurnContext) -> None:
+        try:
+            seconds = float(arg or "1")
+        except ValueError:
+            raise b.BackendError(f"mock: /sleep needs a number of seconds, got {arg!r}") from None
+        await trio.sleep(seconds)
+
+    async def _do_fail(self, arg: str, ctx: b.TurnContext) -> None:
+        raise b.BackendError(arg or "mock failure", codex_error_info="other")
+
+    async def _do_run(self, arg: str, ctx: b.TurnContext) -> None:
+        cwd = self.settings.cwd
+        item = CommandExecutionItem(
+            id=ctx.new_item_id(),
+            command=arg,
+            cwd=cwd,
+            status="inProgress",
+            command_actions=[UnknownAction(command=arg)],
+        )
+        await ctx.emit(b.ItemStarted(item))
+        decision = await ctx.request_approval(
+            b.ApprovalRequest(
+                kind="command",
+                item_id=item.id,
+                command=arg,
+                cwd=cwd,
+                command_actions=item.command_actions,
+                reason="mock wants to run a command",
+            )
+        )
+        if decision not in ("accept", "acceptForSession"):
+            item.status = "declined"
+            await ctx.emit(b.ItemCompleted(item))
+            return
+        started = time.monotonic()
+        output: list[str] = []
+        async with open_group_process(
+            ["sh", "-c", arg], cwd=cwd, env=self.settings.env, name="mock-run"
+        ) as proc:
+            while (line := await proc.read_line()) is not None:
+                chunk = line.decode("utf-8", "replace") + "\n"
+                output.append(chunk)
+                await ctx.emit(b.CommandOutputDelta(item.id, chunk))
+            code = await proc.wait()
+        item.aggregated_output = "".join(output)
+        item.exit_code = code
+        item.duration_ms = int((time.monotonic() - started) * 1000)
+        item.status = "completed" if code == 0 else "failed"
+        await ctx.emit(b.ItemCompleted(item))
+
+    async def _do_write(self, arg: str, ctx: b.TurnContext) -> None:
+        try:
+            rel, _, content = arg.partition(" ")
+            rel = shlex.split(rel)[0] if rel else ""
+        except ValueError:
+            rel = ""
+        if not rel:
+            raise b.BackendError("mock: /write needs a path")
+        path = os.path.normpath(os.path.join(self.settings.cwd, rel))
+        if os.path.commonpath([path, self.settings.cwd]) != self.settings.cwd:
+            raise b.BackendError(f"mock: /write path escapes the thread's cwd: {rel}")
+        content = content.replace("\\n", "\n")
+        if not content.endswith("\n"):
+            content += "\n"
+        try:
+            with open(path, encoding="utf-8") as fh:  # noqa: ASYNC230 - small, local
+                old: str | None = fh.read()
+        except FileNotFoundError:
+            old = None
+        diff = "".join(
+            difflib.unified_diff(
+                (old or "").splitlines(keepends=True),
+                content.splitlines(keepends=True),
+                fromfile="/dev/null" if old is None else f"a/{rel}",
+                tofile=f"b/{rel}",
+            )
+        )
+        kind = PatchKindAdd() if old is None else PatchKindUpdate()
+        item = FileChangeItem(
+            id=ctx.new_item_id(),
+            status="inProgress",
+            changes=[FileUpdateChange(path=path, kind=kind, diff=diff)],
+        )
+        await ctx.emit(b.ItemStarted(item))
+        decision = await ctx.request_approval(
+            b.ApprovalRequest(
+                kind="fileChange",
+                item_id=item.id,
+                reason=f"mock wants to write {rel}",
+            )
+        )
+        if decision not in ("accept", "acceptForSession"):
+            item.status = "declined"
+        else:
+            await trio.Path(path).write_text(content, encoding="utf-8")
+            item.status = "completed"
+            await ctx.emit(b.DiffUpdated(diff))
+        await ctx.emit(b.ItemCompleted(item))
+
+    async def _do_tool(self, arg: str, ctx: b.TurnContext) -> None:
+        name, _, raw_args = arg.partition(" ")
+        try:
+            args: Any = json.loads(raw_args) if raw_args.strip() else {}
+        except json.JSONDecodeError:
+            args = raw_args
+        item = DynamicToolCallItem(
+            id=ctx.new_item_id(),
+            tool=name or "tool",
+            arguments=args,
+            status="inProgress",
+            namespace="mock",
+        )
+        await ctx.emit(b.ItemStarted(item))
+        decision = await ctx.request_approval(
+            b.ApprovalRequest(
+                kind="tool",
+                item_id=item.id,
+                tool=item.tool,
+                arguments=args,
+            )
+        )
+        ok = decision in ("accept", "acceptForSession")
+        item.status = "completed" if ok else "failed"
+        item.success = ok
+        item.content_items = [ToolOutputText(text=f"{item.tool} {'ran' if ok else 'was declined'}")]
+        await ctx.emit(b.ItemCompleted(item))
+
+    async def _do_ask(self, arg: str, ctx: b.TurnContext) -> None:
+        item = DynamicToolCallItem(
+            id=ctx.new_item_id(),
+            tool="AskUserQuestion",
+            arguments={"question": arg},
+            status="inProgress",
+            namespace="mock",
+        )
+        await ctx.emit(b.ItemStarted(item))
+        answers = await ctx.request_user_input(
+            item.id,
+            [
+                ToolRequestUserInputQuestion(id="q1", header="Question", question=arg or "?"),
+            ],
+        )
+        picked = (answers or {}).get("q1") or []
+        item.status = "completed" if answers is not None else "failed"
+        item.success = answers is not None
+        item.content_items = [ToolOutputText(text=", ".join(picked) or "(no answer)")]
+        await ctx.emit(b.ItemCompleted(item))
+        await self._message(ctx, f"answer: {', '.join(picked) or '(none)'}")
+
+
+class MockBackend(b.Backend):
+    id = "mock"
+    display_name = "Mock (scripted, offline)"
+    modes = ("script",)
+    default_mode = "script"
+
+    def capabilities(self, mode: str) -> BackendCapabilities:
+        return _CAPS
+
+    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
+        return b.BackendCheck(available=True, version="builtin", credentials="none needed")
+
+    @asynccontextmanager
+    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        yield MockSession(settings)
+
+    def session(self, settings: b.SessionSettings) -> Any:
+        return self._session(settings)
+
+    def models(self) -> list[Model]:
+        return [
+            Model(
+                id="mock/mock-1",
+                model="mock-1",
+                display_name="Mock 1",
+                description="Scripted offline model for client development",
+                hidden=False,
+                is_default=True,
+                default_reasoning_effort="medium",
+                supported_reasoning_efforts=[
+                    ReasoningEffortOption(reasoning_effort="medium", description="The only effort")
+                ],
+            )
+        ]

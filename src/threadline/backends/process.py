@@ -1,0 +1,652 @@
+"""Running agent CLIs as killable process groups.
+
+Every agent CLI (claude, codex, gemini, opencode) runs through `open_group_process`:
+
+* The CLI starts in a new session, so it leads its own process group (pgid == pid) and a
+  single `killpg` reaches everything it spawned that stayed in the group.
+* Leaving the context for any reason (normal exit, exception, cancellation) runs `terminate()`
+  shielded: SIGTERM to the group and to escaped descendants, up to `grace` seconds for them to
+  go, then SIGKILL, then reap. Descendants that called `setsid()` (OpenCode's bash tool does)
+  have left the group, so they are found through /proc parent links and remembered, because
+  once their parent dies they are reparented to init and can no longer be traced to us.
+* stderr is drained continuously into a bounded tail (for error messages) so a chatty CLI
+  can never block on a full pipe; each line is logged at DEBUG on ``threadline.cli``.
+* stdin is always passed explicitly (devnull or a pipe): the CLI must never inherit the
+  protocol's stdin. Nothing is ever written to our stdout.
+
+`PR_SET_PDEATHSIG` is deliberately not used: trio spawns from a worker thread and the signal
+would fire when that thread exits, killing a healthy CLI. Linux only (/proc, killpg).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+from threadline.rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
+
+__all__ = [
+    "DEFAULT_MAX_LINE",
+    "CliNotExecutable",
+    "CliNotFound",
+    "GroupProcess",
+    "LineTooLong",
+    "ProcessError",
+    "child_env",
+    "descendant_pids",
+    "group_members",
+    "open_group_process",
+    "resolve_executable",
+]
+
+_log = logging.getLogger(__name__)
+_cli_log = logging.getLogger("threadline.cli")
+
+_POLL = 0.02  # poll period while waiting for a signalled group to empty
+_TRACK_INTERVAL = 0.5  # how often descendants are remembered while the CLI runs
+_KILL_SETTLE = 1.0  # SIGKILL is asynchronous; how long to wait for the kernel to finish
+_CHUNK = 64 * 1024
+_LOG_LINE_MAX = 8 * 1024  # longest stderr line written to the debug log
+
+
+class ProcessError(Exception):
+    """A CLI could not be started or talked to."""
+
+
+class CliNotFound(ProcessError):
+    """The CLI binary does not exist."""
+
+
+class CliNotExecutable(ProcessError):
+    """The CLI binary exists but cannot be executed."""
+
+
+# --------------------------------------------------------------------------- executable / env
+
+
+def resolve_executable(name_or_path: str, env: Mapping[str, str] | None = None) -> str:
+    """Absolute path of the executable `name_or_path`, checked before anything is spawned.
+
+    A name containing "/" is a path (relative ones are taken relative to our cwd, not the
+    child's). A bare name is searched on ``env["PATH"]`` when `env` is given (that is the PATH
+    the CLI will see), else on ours. Empty PATH entries are skipped: treating them as "." would
+    run whatever sits in the working directory.
+    """
+    if not name_or_path:
+        raise CliNotFound("empty command name")
+    if os.sep in name_or_path:
+        path = os.path.abspath(name_or_path)
+        label = os.path.basename(path) or name_or_path
+        if not os.path.exists(path):
+            raise CliNotFound(f"{label}: not found at {path}")
+        if os.path.isdir(path):
+            raise CliNotExecutable(f"{label}: {path} is a directory")
+        if not os.access(path, os.X_OK):
+            raise CliNotExecutable(f"{label}: {path} is not executable (permission denied)")
+        return path
+
+    search = (env if env is not None else os.environ).get("PATH", os.defpath)
+    not_executable: str | None = None
+    for directory in search.split(os.pathsep):
+        if not directory:
+            continue
+        candidate = os.path.join(directory, name_or_path)
+        if not os.path.isfile(candidate):
+            continue
+        if os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+        not_executable = not_executable or os.path.abspath(candidate)
+    if not_executable is not None:
+        raise CliNotExecutable(
+            f"{name_or_path}: {not_executable} is not executable (permission denied)"
+        )
+    raise CliNotFound(f"{name_or_path}: command not found (looked for {name_or_path!r} on PATH)")
+
+
+def child_env(
+    overrides: Mapping[str, str | None] | None = None,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """A copy of `base` (default: our environment) with `overrides` applied; None removes a key."""
+    env = dict(os.environ if base is None else base)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+# --------------------------------------------------------------------------- /proc helpers
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    start: int  # start time in clock ticks since boot: tells a reused pid apart
+
+    @property
+    def dead(self) -> bool:
+        # Z: zombie (exited, waiting to be reaped), X: dead. Neither can be signalled usefully.
+        return self.state in ("Z", "X")
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:  # gone (ENOENT/ESRCH) or not readable
+        return None
+    # comm (field 2) may contain spaces and parentheses; everything after the last ")" is fixed.
+    rest = data[data.rfind(b")") + 2 :].split()
+    try:
+        return _Stat(pid, rest[0].decode("ascii"), int(rest[1]), int(rest[2]), int(rest[19]))
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _scan() -> dict[int, _Stat]:
+    """Every process on the system (the authoritative, but slower, view)."""
+    out: dict[int, _Stat] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            st = _read_stat(int(name))
+            if st is not None:
+                out[st.pid] = st
+    return out
+
+
+def _walk(roots: Iterable[int], snapshot: Mapping[int, _Stat]) -> dict[int, _Stat]:
+    """Descendants of `roots` (roots excluded) by ppid links in `snapshot`, zombies included."""
+    children: dict[int, list[int]] = {}
+    for st in snapshot.values():
+        children.setdefault(st.ppid, []).append(st.pid)
+    roots = set(roots)
+    found: dict[int, _Stat] = {}
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found and child not in roots:
+                found[child] = snapshot[child]
+                stack.append(child)
+    return found
+
+
+@functools.cache
+def _have_children_files() -> bool:
+    pid = os.getpid()
+    return os.path.exists(f"/proc/{pid}/task/{pid}/children")
+
+
+def _walk_fast(roots: Iterable[int]) -> dict[int, _Stat]:
+    """Like `_walk` but reads /proc/<pid>/task/<tid>/children, costing O(tree) not O(system).
+
+    The kernel documents these files as racy while children come and go, so this is used only
+    for the periodic best-effort bookkeeping; `terminate()` uses the full scan.
+    """
+    if not _have_children_files():
+        return _walk(roots, _scan())
+    roots = set(roots)
+    found: dict[int, _Stat] = {}
+    stack = list(roots)
+    while stack:
+        parent = stack.pop()
+        try:
+            tids = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    kids = [int(p) for p in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for child in kids:
+                if child in found or child in roots:
+                    continue
+                st = _read_stat(child)
+                if st is not None:
+                    found[child] = st
+                    stack.append(child)
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group is `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []  # fast path: no process at all in that group
+    except PermissionError:
+        pass  # the group exists; we just may not signal all of it
+    return sorted(st.pid for st in _scan().values() if st.pgrp == pgid and not st.dead)
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Live (non-zombie) descendants of `pid`, following ppid links in /proc/<p>/stat.
+
+    Only descendants still linked to `pid` are found: when a process dies its children are
+    reparented to init (or a subreaper), which is why `GroupProcess` remembers what it saw.
+    """
+    return sorted(p for p, st in _walk([pid], _scan()).items() if not st.dead)
+
+
+def _kill(pid: int, sig: int, *, group: bool = False) -> None:
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass  # already gone
+    except PermissionError:
+        # e.g. a descendant that switched uid (sudo); nothing more we can do about it.
+        _log.debug(
+            "no permission to send signal %d to %s %d", sig, "group" if group else "pid", pid
+        )
+
+
+# --------------------------------------------------------------------------- GroupProcess
+
+
+class GroupProcess:
+    """A running CLI leading its own process group. Created by `open_group_process` only."""
+
+    pid: int
+    pgid: int
+    argv: list[str]
+
+    def __init__(
+        self,
+        proc: trio.Process,
+        argv: list[str],
+        name: str,
+        *,
+        max_line: int,
+        stderr_tail_bytes: int,
+        grace: float,
+        exit_drain: float,
+    ) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self._proc = proc
+        self.pid = proc.pid
+        self.pgid = proc.pid  # start_new_session=True: setsid() made the child a group leader
+        self.argv = argv
+        self.name = name
+        self._grace = grace
+        self._exit_drain = exit_drain
+
+        self._stdout = LineReader(proc.stdout, max_line)
+        self._stdout_done = False
+        self._read_scope: trio.CancelScope | None = None
+
+        self._stdin_closed = proc.stdin is None
+        self._write_lock = trio.Lock()
+
+        self._tail = bytearray()
+        self._tail_cap = max(0, stderr_tail_bytes)
+        self._tail_truncated = False
+        self._err_line = bytearray()  # partial stderr line awaiting its newline (for logging)
+        self._stderr_eof = trio.Event()
+
+        self._leader_exited = False
+        # pid -> start time of every descendant seen so far. Escaped (setsid) descendants are
+        # only reachable through this once their parent has died.
+        self._known: dict[int, int] = {}
+        self._terminating = False
+        self._terminated = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<GroupProcess {self.name} pid={self.pid} returncode={self._proc.poll()}>"
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status of the leader (negative: killed by that signal), None while it runs."""
+        return self._proc.poll()
+
+    # ---------------------------------------------------------------- stdout / stdin
+
+    async def read_line(self) -> bytes | None:
+        """Next stdout line without its newline; None at EOF.
+
+        Also None once the leader has exited and no line arrives within `exit_drain` seconds:
+        a backgrounded grandchild can keep the pipe open long after the CLI is done. After the
+        first None, every call returns None. Raises LineTooLong for an oversized line, which is
+        skipped, so the next call continues with the following line.
+        """
+        if self._stdout_done:
+            return None
+        line: bytes | None = None
+        with trio.CancelScope() as scope:
+            if self._leader_exited or self._proc.poll() is not None:
+                self._leader_exited = True
+                scope.deadline = trio.current_time() + self._exit_drain
+            self._read_scope = scope
+            try:
+                line = await self._stdout.receive_line()
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                line = None  # the context already closed the pipe
+            finally:
+                self._read_scope = None
+        if scope.cancelled_caught or line is None:
+            self._stdout_done = True
+            return None
+        return line
+
+    async def write(self, data: bytes) -> None:
+        """Write to the CLI's stdin (requires stdin="pipe")."""
+        stdin = self._proc.stdin
+        if stdin is None:
+            raise ProcessError(f"{self.name}: stdin is not a pipe")
+        if self._stdin_closed:
+            raise ProcessError(f"{self.name}: stdin is closed")
+        try:
+            async with self._write_lock:  # keeps concurrent writes whole and in order
+                await stdin.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._stdin_closed = True
+            detail = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+            raise ProcessError(f"{self.name}: cannot write to stdin{detail}") from exc
+
+    async def close_stdin(self) -> None:
+        """Close the CLI's stdin (it sees EOF). Idempotent."""
+        self._stdin_closed = True
+        if self._proc.stdin is not None:
+            await self._proc.stdin.aclose()
+
+    async def wait(self) -> int:
+        """Wait for the leader to exit and return its status.
+
+        Also gives the stderr drain up to `exit_drain` to reach EOF, so `stderr_tail()` holds
+        what the CLI wrote just before exiting.
+        """
+        rc = await self._proc.wait()
+        self._leader_exited = True
+        with trio.move_on_after(self._exit_drain):
+            await self._stderr_eof.wait()
+        return rc
+
+    # ---------------------------------------------------------------- stderr
+
+    def stderr_tail(self, max_chars: int = 4000) -> str:
+        """The last stderr output (up to `max_chars` characters), decoded and stripped."""
+        if max_chars <= 0:
+            return ""
+        data = bytes(self._tail)
+        if self._tail_truncated:
+            # The cut may have split a UTF-8 sequence; drop its orphaned continuation bytes.
+            start = 0
+            while start < min(len(data), 3) and 0x80 <= data[start] < 0xC0:
+                start += 1
+            data = data[start:]
+        return data.decode("utf-8", errors="replace").strip()[-max_chars:]
+
+    async def _drain_stderr(self) -> None:
+        stream = self._proc.stderr
+        assert stream is not None
+        try:
+            while True:
+                chunk = await stream.receive_some(_CHUNK)
+                if not chunk:
+                    break
+                self._keep_tail(chunk)
+                if _cli_log.isEnabledFor(logging.DEBUG):
+                    self._log_lines(chunk)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        except Exception:  # never let a drain failure tear down the caller's work
+            _log.exception("%s: reading stderr failed", self.name)
+        finally:
+            if self._err_line:
+                self._log_line(bytes(self._err_line))
+                self._err_line.clear()
+            self._stderr_eof.set()
+
+    def _keep_tail(self, chunk: bytes | bytearray) -> None:
+        self._tail += chunk
+        excess = len(self._tail) - self._tail_cap
+        if excess > 0:
+            del self._tail[:excess]
+            self._tail_truncated = True
+
+    def _log_lines(self, chunk: bytes | bytearray) -> None:
+        self._err_line += chunk
+        *lines, rest = bytes(self._err_line).split(b"\n")
+        for line in lines:
+            self._log_line(line)
+        self._err_line[:] = rest[:_LOG_LINE_MAX]
+
+    def _log_line(self, line: bytes) -> None:
+        text = line[:_LOG_LINE_MAX].decode("utf-8", errors="replace").rstrip("\r")
+        _cli_log.debug("%s: %s", self.name, text)
+
+    # ---------------------------------------------------------------- group bookkeeping
+
+    def _leader_unreaped(self) -> bool:
+        # While the leader is unreaped its pid (and so our pgid) cannot be reused by anyone.
+        return self._proc.poll() is None
+
+    def _known_alive(self) -> dict[int, _Stat]:
+        """Remembered descendants that still run (same pid *and* start time: not a reused pid)."""
+        alive: dict[int, _Stat] = {}
+        for pid, start in list(self._known.items()):
+            st = _read_stat(pid)
+            if st is None or st.start != start or st.dead:
+                del self._known[pid]  # keeps the map small for long-running CLIs
+            else:
+                alive[pid] = st
+        return alive
+
+    def _remember(self, found: Mapping[int, _Stat]) -> None:
+        for st in found.values():
+            if not st.dead:
+                self._known[st.pid] = st.start
+
+    def _track(self) -> None:
+        """Cheap periodic snapshot of descendants (see `_walk_fast`)."""
+        roots = set(self._known_alive())
+        if self._leader_unreaped():
+            roots.add(self.pid)
+        self._remember(_walk_fast(roots))
+
+    def _refresh(self) -> tuple[list[int], dict[int, _Stat]]:
+        """Full scan: remember new descendants; return (live group members, live escapees)."""
+        snapshot = _scan()
+        members = [st.pid for st in snapshot.values() if st.pgrp == self.pgid and not st.dead]
+        roots = set(members) | set(self._known_alive())
+        if self._leader_unreaped():
+            roots.add(self.pid)
+        self._remember(_walk(roots, snapshot))
+        escaped = {p: st for p, st in self._known_alive().items() if st.pgrp != self.pgid}
+        return members, escaped
+
+    def alive_members(self) -> list[int]:
+        """Live pids in our group plus live descendants that left it (setsid/setpgid)."""
+        members, escaped = self._refresh()
+        return sorted(set(members) | set(escaped))
+
+    def _signal_all(self, sig: int) -> None:
+        members, escaped = self._refresh()
+        # Once the leader is reaped and the group is empty, the pgid may belong to someone else.
+        if members or self._leader_unreaped():
+            _kill(self.pgid, sig, group=True)
+        for pid, st in escaped.items():
+            if st.pgrp == pid:
+                _kill(pid, sig, group=True)  # it leads its own group: take that group too
+            _kill(pid, sig)
+
+    def _leftovers(self) -> tuple[bool, list[int]]:
+        leader_running = self._leader_unreaped()  # poll() also reaps an exited leader
+        members, escaped = self._refresh()
+        return leader_running, sorted(set(members) | set(escaped))
+
+    async def terminate(self, grace: float | None = None) -> None:
+        """Kill the whole group and escaped descendants: SIGTERM, up to `grace` s, SIGKILL.
+
+        Idempotent and safe when the leader is already dead. Runs shielded, so once started it
+        finishes (within about grace + 1 s) even if the caller is cancelled.
+        """
+        if self._terminating:
+            await self._terminated.wait()
+            return
+        self._terminating = True
+        try:
+            with trio.CancelScope(shield=True):
+                await self._terminate(self._grace if grace is None else grace)
+        finally:
+            self._terminated.set()
+
+    async def _terminate(self, grace: float) -> None:
+        leader_running, left = self._leftovers()  # also snapshots descendants before signalling
+        if not leader_running and not left:
+            return
+        _log.debug("%s: SIGTERM to group %d and %s", self.name, self.pgid, left)
+        self._signal_all(signal.SIGTERM)
+        deadline = trio.current_time() + grace
+        while True:  # polling /proc: there is no event for "the group is empty"
+            leader_running, left = self._leftovers()
+            if not leader_running and not left:
+                return
+            if trio.current_time() >= deadline:
+                break
+            await trio.sleep(_POLL)
+        _log.debug("%s: SIGKILL to group %d and %s after %.1fs", self.name, self.pgid, left, grace)
+        self._signal_all(signal.SIGKILL)
+        await self._proc.wait()
+        with trio.move_on_after(_KILL_SETTLE):
+            while self._leftovers()[1]:  # noqa: ASYNC110 - SIGKILL lands asynchronously
+                await trio.sleep(_POLL)
+        left = self._leftovers()[1]
+        if left:
+            _log.warning("%s: processes survived SIGKILL: %s", self.name, left)
+
+    async def _watch(self) -> None:
+        """Remember descendants while the leader runs; on its exit, bound the pending read."""
+        while not self._leader_exited:
+            with trio.move_on_after(_TRACK_INTERVAL):
+                await self._proc.wait()
+            self._track()
+            if self._proc.poll() is not None:
+                self._leader_exited = True
+        scope = self._read_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + self._exit_drain)
+
+
+# --------------------------------------------------------------------------- context manager
+
+
+def _check_before_spawn(
+    command: str, env: Mapping[str, str] | None, cwd: str | None, label: str
+) -> str:
+    # A few stat() calls: cheap enough to run on the event loop.
+    exe = resolve_executable(command, env)
+    if cwd is not None and not os.path.isdir(cwd):
+        raise ProcessError(f"{label}: working directory {cwd} does not exist")
+    return exe
+
+
+def _spawn_error(exc: OSError, label: str, exe: str, cwd: str | None) -> ProcessError:
+    if cwd is not None and exc.filename == cwd:
+        return ProcessError(f"{label}: cannot use working directory {cwd}: {exc.strerror}")
+    if isinstance(exc, FileNotFoundError):
+        # The binary was checked, so this is usually its #! interpreter (e.g. node) missing.
+        return CliNotFound(f"{label}: cannot execute {exe}: {exc.strerror} (missing interpreter?)")
+    if isinstance(exc, PermissionError):
+        return CliNotExecutable(f"{label}: cannot execute {exe}: {exc.strerror}")
+    if exc.errno == errno.ENOEXEC:
+        return CliNotExecutable(f"{label}: cannot execute {exe}: not a valid executable")
+    return ProcessError(f"{label}: cannot start {exe}: {exc}")
+
+
+@asynccontextmanager
+async def open_group_process(
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: Literal["pipe", "devnull"] = "devnull",
+    max_line: int = DEFAULT_MAX_LINE,
+    stderr_tail_bytes: int = 64 * 1024,
+    grace: float = 2.0,
+    exit_drain: float = 0.2,
+    name: str | None = None,
+) -> AsyncIterator[GroupProcess]:
+    """Run `argv` in its own session/process group; kill the group when the context exits.
+
+    `argv[0]` is resolved with `resolve_executable` (on `env`'s PATH) before anything is
+    spawned, and replaced by the absolute path. `env` None means our environment.
+    """
+    if not argv:
+        raise ValueError("argv must not be empty")
+    label = name or os.path.basename(argv[0]) or argv[0]
+    exe = _check_before_spawn(argv[0], env, cwd, label)
+    full_argv = [exe, *argv[1:]]
+    try:
+        proc = await trio.lowlevel.open_process(
+            full_argv,
+            stdin=subprocess.PIPE if stdin == "pipe" else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise _spawn_error(exc, label, exe, cwd) from exc
+
+    # No checkpoint between the spawn and this try: the process can never be left behind.
+    gp = GroupProcess(
+        proc,
+        full_argv,
+        label,
+        max_line=max_line,
+        stderr_tail_bytes=stderr_tail_bytes,
+        grace=grace,
+        exit_drain=exit_drain,
+    )
+    _log.debug("%s: started pid %d: %s", label, gp.pid, full_argv)
+    body_exc: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gp._drain_stderr)
+            nursery.start_soon(gp._watch)
+            try:
+                yield gp
+            except BaseException as exc:
+                # Re-raised below, outside the nursery, so callers get their own exception
+                # rather than an ExceptionGroup wrapping it.
+                body_exc = exc
+            finally:
+                with trio.CancelScope(shield=True):
+                    await gp.terminate()
+                    # Collect the final stderr for stderr_tail(); an unkillable straggler
+                    # holding the pipe must not block us.
+                    with trio.move_on_after(exit_drain):
+                        await gp._stderr_eof.wait()
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await gp.terminate()  # no-op unless the nursery itself failed
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    await stream.aclose()  # our pipe ends; a straggler then gets EPIPE
+    if body_exc is not None:
+        raise body_exc

@@ -1,0 +1,19 @@
+"""The backends this build ships, by id."""
+
+from __future__ import annotations
+
+from .base import Backend
+from .cli_pending import PendingCliBackend
+from .mock import MockBackend
+
+__all__ = ["create_backends"]
+
+
+def create_backends() -> dict[str, Backend]:
+    return {
+        "claude": PendingCliBackend("claude", "claude", "Claude Code", ("stream", "print")),
+        "codex": PendingCliBackend("codex", "codex", "Codex", ("app-server", "exec")),
+        "gemini": PendingCliBackend("gemini", "gemini", "Gemini CLI", ("acp", "headless")),
+        "opencode": PendingCliBackend("opencode", "opencode", "OpenCode", ("acp", "run")),
+        "mock": MockBackend(),
+    }

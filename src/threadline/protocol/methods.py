@@ -1,0 +1,288 @@
+"""Client → server requests: params and results, and the method table.
+
+Params follow Codex 0.169.0; unknown fields are ignored. Backend choice uses Codex's own
+fields: `modelProvider` = backend id, `model` = that CLI's model, backend options in `config`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from .base import Base
+from .common import (
+    AskForApproval,
+    SandboxMode,
+    SandboxPolicy,
+    Thread,
+    Turn,
+)
+from .inputs import UserInput
+
+__all__ = [
+    "CLIENT_METHODS",
+    "BackendCapabilities",
+    "BackendInfo",
+    "ClientInfo",
+    "EmptyParams",
+    "EmptyResult",
+    "InitializeCapabilities",
+    "InitializeParams",
+    "InitializeResponse",
+    "Model",
+    "ModelListParams",
+    "ModelListResponse",
+    "ReasoningEffortOption",
+    "ServerInfo",
+    "ThreadArchiveParams",
+    "ThreadArchiveResponse",
+    "ThreadListParams",
+    "ThreadListResponse",
+    "ThreadLoadedListParams",
+    "ThreadLoadedListResponse",
+    "ThreadReadParams",
+    "ThreadReadResponse",
+    "ThreadResumeParams",
+    "ThreadResumeResponse",
+    "ThreadStartParams",
+    "ThreadStartResponse",
+    "TurnInterruptParams",
+    "TurnInterruptResponse",
+    "TurnStartParams",
+    "TurnStartResponse",
+]
+
+
+class EmptyParams(Base, kw_only=True):
+    pass
+
+
+class EmptyResult(Base, kw_only=True):
+    pass
+
+
+# -- initialize --------------------------------------------------------------------------------
+
+
+class ClientInfo(Base, kw_only=True):
+    name: str
+    version: str
+    title: str | None = None
+
+
+class InitializeCapabilities(Base, kw_only=True):
+    experimental_api: bool = False
+    opt_out_notification_methods: list[str] | None = None
+
+
+class InitializeParams(Base, kw_only=True):
+    client_info: ClientInfo
+    capabilities: InitializeCapabilities | None = None
+
+
+class ServerInfo(Base, kw_only=True):
+    name: str
+    version: str
+
+
+class BackendCapabilities(Base, kw_only=True):
+    """What a backend can do in a given mode, as reported by its code (never hand-kept)."""
+
+    approvals: bool
+    interrupt: bool
+    resume: bool
+    deltas: bool
+    reasoning: bool
+    images: bool = False
+
+
+class BackendInfo(Base, kw_only=True):
+    id: str
+    available: bool
+    modes: list[str]
+    default_mode: str
+    capabilities: dict[str, BackendCapabilities]
+    version: str | None = None
+    path: str | None = None
+    message: str | None = None
+
+
+class InitializeResponse(Base, kw_only=True):
+    user_agent: str
+    codex_home: str
+    platform_family: Literal["unix", "windows"]
+    platform_os: Literal["linux", "macos", "windows"]
+    # threadline additions (Codex clients ignore unknown fields).
+    server_info: ServerInfo
+    backends: list[BackendInfo]
+
+
+# -- threads -------------------------------------------------------------------------------------
+
+
+class ThreadStartParams(Base, kw_only=True):
+    model: str | None = None
+    model_provider: str | None = None
+    cwd: str | None = None
+    approval_policy: AskForApproval | None = None
+    approvals_reviewer: str | None = None
+    sandbox: SandboxMode | None = None
+    config: dict[str, Any] | None = None
+    base_instructions: str | None = None
+    developer_instructions: str | None = None
+    personality: str | None = None
+    ephemeral: bool | None = None
+    service_name: str | None = None
+    service_tier: str | None = None
+
+
+class ThreadStartResponse(Base, kw_only=True):
+    thread: Thread
+    model: str
+    model_provider: str
+    cwd: str
+    approval_policy: AskForApproval
+    approvals_reviewer: Literal["user", "auto_review", "guardian_subagent"]
+    sandbox: SandboxPolicy
+
+
+class ThreadResumeParams(Base, kw_only=True):
+    thread_id: str
+    model: str | None = None
+    model_provider: str | None = None
+    cwd: str | None = None
+    approval_policy: AskForApproval | None = None
+    approvals_reviewer: str | None = None
+    sandbox: SandboxMode | None = None
+    config: dict[str, Any] | None = None
+    base_instructions: str | None = None
+    developer_instructions: str | None = None
+    personality: str | None = None
+    exclude_turns: bool = False
+
+
+class ThreadResumeResponse(ThreadStartResponse, kw_only=True):
+    pass
+
+
+class ThreadListParams(Base, kw_only=True):
+    cursor: str | None = None
+    limit: int | None = None
+    sort_key: Literal["created_at", "updated_at", "recency_at", "section_position"] | None = None
+    sort_direction: Literal["asc", "desc"] | None = None
+    archived: bool | None = None
+    cwd: str | list[str] | None = None
+    model_providers: list[str] | None = None
+    search_term: str | None = None
+
+
+class ThreadListResponse(Base, kw_only=True):
+    data: list[Thread]
+    next_cursor: str | None = None
+
+
+class ThreadReadParams(Base, kw_only=True):
+    thread_id: str
+    include_turns: bool = False
+
+
+class ThreadReadResponse(Base, kw_only=True):
+    thread: Thread
+
+
+class ThreadArchiveParams(Base, kw_only=True):
+    thread_id: str
+
+
+class ThreadArchiveResponse(Base, kw_only=True):
+    pass
+
+
+class ThreadLoadedListParams(Base, kw_only=True):
+    cursor: str | None = None
+    limit: int | None = None
+
+
+class ThreadLoadedListResponse(Base, kw_only=True):
+    data: list[str]
+    next_cursor: str | None = None
+
+
+# -- turns -----------------------------------------------------------------------------------------
+
+
+class TurnStartParams(Base, kw_only=True):
+    thread_id: str
+    input: list[UserInput]
+    cwd: str | None = None
+    approval_policy: AskForApproval | None = None
+    sandbox_policy: SandboxPolicy | None = None
+    model: str | None = None
+    effort: str | None = None
+    summary: str | None = None
+    output_schema: Any | None = None
+    client_user_message_id: str | None = None
+
+
+class TurnStartResponse(Base, kw_only=True):
+    turn: Turn
+
+
+class TurnInterruptParams(Base, kw_only=True):
+    """Params of `turn/interrupt` and of its alias `turn/cancel`."""
+
+    thread_id: str
+    turn_id: str
+
+
+class TurnInterruptResponse(Base, kw_only=True):
+    pass
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class ModelListParams(Base, kw_only=True):
+    cursor: str | None = None
+    limit: int | None = None
+    include_hidden: bool | None = None
+    model_provider: str | None = None
+
+
+class ReasoningEffortOption(Base, kw_only=True):
+    reasoning_effort: str
+    description: str
+
+
+class Model(Base, kw_only=True):
+    id: str
+    model: str
+    display_name: str
+    description: str
+    hidden: bool
+    is_default: bool
+    default_reasoning_effort: str
+    supported_reasoning_efforts: list[ReasoningEffortOption]
+
+
+class ModelListResponse(Base, kw_only=True):
+    data: list[Model]
+    next_cursor: str | None = None
+
+
+#: method → (params type, result type). `turn/cancel` is threadline's name for Codex's
+#: `turn/interrupt`: same params, same effect.
+CLIENT_METHODS: dict[str, tuple[type[Base], type[Base]]] = {
+    "initialize": (InitializeParams, InitializeResponse),
+    "thread/start": (ThreadStartParams, ThreadStartResponse),
+    "thread/resume": (ThreadResumeParams, ThreadResumeResponse),
+    "thread/list": (ThreadListParams, ThreadListResponse),
+    "thread/read": (ThreadReadParams, ThreadReadResponse),
+    "thread/archive": (ThreadArchiveParams, ThreadArchiveResponse),
+    "thread/loaded/list": (ThreadLoadedListParams, ThreadLoadedListResponse),
+    "turn/start": (TurnStartParams, TurnStartResponse),
+    "turn/interrupt": (TurnInterruptParams, TurnInterruptResponse),
+    "turn/cancel": (TurnInterruptParams, TurnInterruptResponse),
+    "model/list": (ModelListParams, ModelListResponse),
+}
+
+#: Client notifications we accept (and ignore beyond logging).
+CLIENT_NOTIFICATIONS: frozenset[str] = frozenset({"initialized"})

@@ -1,0 +1,122 @@
+"""Server → client requests (approvals and questions) and their responses.
+
+Decisions are `accept | acceptForSession | decline | cancel` (`cancel` = decline and interrupt
+the turn). Anything else a client answers is treated as `decline` (fail closed)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from .base import Base
+from .items import CommandAction
+
+__all__ = [
+    "SERVER_REQUESTS",
+    "ApprovalDecision",
+    "CommandExecutionRequestApprovalParams",
+    "CommandExecutionRequestApprovalResponse",
+    "FileChangeRequestApprovalParams",
+    "FileChangeRequestApprovalResponse",
+    "ToolRequestApprovalParams",
+    "ToolRequestApprovalResponse",
+    "ToolRequestUserInputAnswer",
+    "ToolRequestUserInputOption",
+    "ToolRequestUserInputParams",
+    "ToolRequestUserInputQuestion",
+    "ToolRequestUserInputResponse",
+]
+
+ApprovalDecision = Literal["accept", "acceptForSession", "decline", "cancel"]
+
+
+class CommandExecutionRequestApprovalParams(Base, kw_only=True):
+    thread_id: str
+    turn_id: str
+    item_id: str
+    started_at_ms: int
+    kind: Literal["command"] = "command"
+    command: str | None = None
+    cwd: str | None = None
+    command_actions: list[CommandAction] | None = None
+    reason: str | None = None
+
+
+class CommandExecutionRequestApprovalResponse(Base, kw_only=True):
+    # Codex's amendment object forms (acceptWithExecpolicyAmendment, ...) are accepted as
+    # `accept`; see threadline.server.approvals.
+    decision: ApprovalDecision | dict[str, Any]
+
+
+class FileChangeRequestApprovalParams(Base, kw_only=True):
+    thread_id: str
+    turn_id: str
+    item_id: str
+    started_at_ms: int
+    reason: str | None = None
+    grant_root: str | None = None
+
+
+class FileChangeRequestApprovalResponse(Base, kw_only=True):
+    decision: ApprovalDecision
+
+
+class ToolRequestUserInputOption(Base, kw_only=True):
+    label: str
+    description: str
+
+
+class ToolRequestUserInputQuestion(Base, kw_only=True):
+    id: str
+    header: str
+    question: str
+    options: list[ToolRequestUserInputOption] | None = None
+    is_other: bool = False
+    is_secret: bool = False
+
+
+class ToolRequestUserInputParams(Base, kw_only=True):
+    thread_id: str
+    turn_id: str
+    item_id: str
+    is_blocking: bool
+    questions: list[ToolRequestUserInputQuestion]
+
+
+class ToolRequestUserInputAnswer(Base, kw_only=True):
+    answers: list[str]
+
+
+class ToolRequestUserInputResponse(Base, kw_only=True):
+    answers: dict[str, ToolRequestUserInputAnswer]
+
+
+class ToolRequestApprovalParams(Base, kw_only=True):
+    """threadline extension: approval for a tool that is neither a command nor a file change
+    (an MCP tool, a web fetch, ...). The item being approved was announced by `item/started`."""
+
+    thread_id: str
+    turn_id: str
+    item_id: str
+    started_at_ms: int
+    tool: str
+    arguments: Any = None
+    reason: str | None = None
+
+
+class ToolRequestApprovalResponse(Base, kw_only=True):
+    decision: ApprovalDecision
+
+
+#: method → (params type, response type)
+SERVER_REQUESTS: dict[str, tuple[type[Base], type[Base]]] = {
+    "item/commandExecution/requestApproval": (
+        CommandExecutionRequestApprovalParams,
+        CommandExecutionRequestApprovalResponse,
+    ),
+    "item/fileChange/requestApproval": (
+        FileChangeRequestApprovalParams,
+        FileChangeRequestApprovalResponse,
+    ),
+    "item/tool/requestUserInput": (ToolRequestUserInputParams, ToolRequestUserInputResponse),
+    "item/tool/requestApproval": (ToolRequestApprovalParams, ToolRequestApprovalResponse),
+}

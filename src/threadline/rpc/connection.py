@@ -1,0 +1,214 @@
+"""One JSON-RPC connection over a pair of byte streams (stdin/stdout in production).
+
+Reads lines, routes responses to our own requests to the `Peer`, enforces the Codex wire rules
+(initialize first, once), dispatches requests through `Dispatcher` and runs each handler in its
+own task so a slow request never blocks the reading of approval answers. Every request gets
+exactly one response or error; malformed input gets the right JSON-RPC error and the
+connection keeps serving."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from .dispatch import Dispatcher, PreparedCall
+from .errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError
+from .framing import LineReader, LineTooLong
+from .peer import Peer, _Error, _ErrorObject, _Result
+
+__all__ = ["Connection", "Reply"]
+
+log = logging.getLogger("threadline.rpc")
+
+#: Default cap on one inbound protocol line (prompts of several MB are fine).
+DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
+
+
+class Reply:
+    """A handler result with a follow-up run right after the response is queued — e.g. the
+    turn runner may only emit `turn/started` once the `turn/start` response is out."""
+
+    __slots__ = ("result", "then")
+
+    def __init__(self, result: Any, then: Callable[[], Awaitable[None]]) -> None:
+        self.result = result
+        self.then = then
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+class Connection:
+    def __init__(
+        self,
+        peer: Peer,
+        dispatcher: Dispatcher,
+        *,
+        on_initialize: Callable[[PreparedCall], Awaitable[Any]],
+        max_line: int = DEFAULT_MAX_REQUEST,
+    ) -> None:
+        self.peer = peer
+        self._dispatcher = dispatcher
+        self._on_initialize = on_initialize
+        self._max_line = max_line
+        self.initialized = False
+        self._decoder = msgspec.json.Decoder()
+
+    async def serve(self, stream: trio.abc.ReceiveStream) -> None:
+        """Serve until EOF on `stream`. Handler tasks run in an inner nursery, so when this
+        returns every request has been answered (or cancelled from outside)."""
+        reader = LineReader(stream, max_line=max(self._max_line, 1))
+        async with trio.open_nursery() as nursery:
+            while True:
+                try:
+                    line = await reader.receive_line()
+                except LineTooLong as exc:
+                    await self.peer.respond_error(
+                        None, INVALID_REQUEST, f"Invalid request: message too large ({exc})"
+                    )
+                    continue
+                if line is None:
+                    break
+                await self.handle_line(line, nursery)
+
+    async def handle_line(self, line: bytes, nursery: trio.Nursery) -> None:
+        if not line.strip():
+            return
+        try:
+            message = self._decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            log.warning("unparsable line (%d bytes): %s", len(line), exc)
+            await self.peer.respond_error(None, PARSE_ERROR, f"Parse error: {exc}")
+            return
+        if isinstance(message, list):
+            if not message:
+                await self.peer.respond_error(None, INVALID_REQUEST, "Invalid request: empty batch")
+                return
+            nursery.start_soon(self._run_batch, message)
+            return
+        response = await self._handle_message(message, nursery, batch=False)
+        if response is not None:
+            await self.peer.send_message(response)
+
+    async def _run_batch(self, messages: list[Any]) -> None:
+        responses = []
+        async with trio.open_nursery() as inner:
+            for message in messages:
+                response = await self._handle_message(message, inner, batch=True)
+                if response is not None:
+                    responses.append(response)
+        if responses:
+            await self.peer.send_message(responses)
+
+    async def _handle_message(self, message: Any, nursery: trio.Nursery, *, batch: bool) -> Any:
+        """Process one message. Returns an immediate response (an error), or None when the
+        answer comes later from a handler task (or never, for notifications/responses).
+        In a batch the handler runs inline and its response is returned."""
+        if not isinstance(message, dict):
+            return _Error(
+                id=None, error=_ErrorObject(INVALID_REQUEST, "Invalid request: expected an object")
+            )
+        has_id = "id" in message
+        rid = message.get("id")
+        method = message.get("method")
+        if method is None and has_id and ("result" in message or "error" in message):
+            result = message.get("result")
+            raw = msgspec.Raw(msgspec.json.encode(result)) if "result" in message else msgspec.Raw()
+            self.peer.route_response(rid, raw, message.get("error"))
+            return None
+        if has_id and not _valid_id(rid):
+            return _Error(
+                id=None,
+                error=_ErrorObject(
+                    INVALID_REQUEST, "Invalid request: id must be a string or an integer"
+                ),
+            )
+        reply_id = rid if has_id else None
+        if not isinstance(method, str):
+            return _Error(
+                id=reply_id,
+                error=_ErrorObject(
+                    INVALID_REQUEST, "Invalid request: missing or non-string 'method'"
+                ),
+            )
+        jsonrpc = message.get("jsonrpc", "2.0")
+        if jsonrpc != "2.0":
+            return _Error(
+                id=reply_id,
+                error=_ErrorObject(
+                    INVALID_REQUEST, f"Invalid request: unsupported jsonrpc version {jsonrpc!r}"
+                ),
+            )
+        if "params" in message and not isinstance(message["params"], (dict, list)):
+            return _Error(
+                id=reply_id,
+                error=_ErrorObject(INVALID_REQUEST, "Invalid request: params must be an object"),
+            )
+
+        if not has_id:
+            await self._handle_notification(method, message, nursery)
+            return None
+        assert rid is not None
+
+        if method == "initialize":
+            if self.initialized:
+                return _Error(id=rid, error=_ErrorObject(INVALID_REQUEST, "Already initialized"))
+            try:
+                call = self._dispatcher.prepare(message)
+                result = await self._on_initialize(call)
+            except RpcError as exc:
+                return _Error(id=rid, error=_ErrorObject(exc.code, exc.message, exc.data))
+            self.initialized = True
+            return _Result(id=rid, result=result)
+        if not self.initialized:
+            return _Error(id=rid, error=_ErrorObject(INVALID_REQUEST, "Not initialized"))
+        try:
+            call = self._dispatcher.prepare(message)
+        except RpcError as exc:
+            return _Error(id=rid, error=_ErrorObject(exc.code, exc.message, exc.data))
+        if batch:
+            return await self._execute(rid, call, send=False)
+        nursery.start_soon(self._execute, rid, call)
+        return None
+
+    async def _handle_notification(
+        self, method: str, message: dict[str, Any], nursery: trio.Nursery
+    ) -> None:
+        if method == "initialized":
+            return
+        if not self.initialized or not self._dispatcher.has_method(method):
+            log.info("ignoring notification %r", method)
+            return
+        try:
+            call = self._dispatcher.prepare(message)
+        except RpcError as exc:
+            log.warning("ignoring notification %r: %s", method, exc.message)
+            return
+        nursery.start_soon(self._execute, None, call)
+
+    async def _execute(self, rid: Any, call: PreparedCall, send: bool = True) -> Any:
+        then: Callable[[], Awaitable[None]] | None = None
+        try:
+            result = await call.handler(call.params)
+            if isinstance(result, Reply):
+                then = result.then
+                result = result.result
+            response: Any = _Result(id=rid, result=result)
+        except RpcError as exc:
+            response = _Error(id=rid, error=_ErrorObject(exc.code, exc.message, exc.data))
+        except Exception as exc:
+            log.exception("internal error in %s", call.method)
+            response = _Error(id=rid, error=_ErrorObject(INTERNAL_ERROR, f"Internal error: {exc}"))
+        if rid is None:
+            response = None
+        elif send:
+            await self.peer.send_message(response)
+            response = None
+        if then is not None:
+            await then()
+        return response

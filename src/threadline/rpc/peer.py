@@ -1,0 +1,161 @@
+"""The other end of the connection: everything we send, and responses to our own requests.
+
+Outbound messages are encoded here and queued to the single writer task. Server→client
+requests get integer ids from our own counter (independent of client ids); the reader hands
+every response line to `Peer.route_response`, which wakes the waiting request. Responses to
+ids we never issued (or already gave up on) are logged and ignored."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import msgspec
+import trio
+
+from .errors import RpcError
+
+__all__ = ["Peer", "PeerGone", "PeerResponse"]
+
+log = logging.getLogger("threadline.rpc")
+
+
+class PeerGone(Exception):
+    """The client went away (stdin EOF) or the connection is closing."""
+
+
+# Envelopes: "jsonrpc" first (kw_only lets a defaulted field lead) and always present.
+
+
+class _Notification(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any
+    emittedAtMs: int
+
+
+class _Request(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: int | str
+    method: str
+    params: Any
+
+
+class _Result(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: int | str
+    result: Any
+
+
+class _ErrorObject(msgspec.Struct, omit_defaults=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+class _Error(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: int | str | None
+    error: _ErrorObject
+
+
+class PeerResponse(msgspec.Struct, frozen=True):
+    """The client's answer to one of our requests: `result` (raw JSON) or an `error` object."""
+
+    result: msgspec.Raw = msgspec.Raw()
+    error: dict[str, Any] | None = None
+
+
+class Peer:
+    def __init__(self, outbox: trio.MemorySendChannel[bytes]) -> None:
+        self._outbox = outbox
+        self._encoder = msgspec.json.Encoder()
+        self._next_id = 0
+        self._pending: dict[int, trio.MemorySendChannel[PeerResponse]] = {}
+        self._closed = False
+        #: Notification methods the client opted out of (initialize capabilities).
+        self.opt_out: frozenset[str] = frozenset()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def _send(self, message: Any) -> None:
+        if self._closed:
+            return
+        line = self._encoder.encode(message) + b"\n"
+        try:
+            await self._outbox.send(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._closed = True
+
+    async def send_message(self, message: Any) -> None:
+        """Send an already-built envelope (or a list of them, for a batch answer)."""
+        await self._send(message)
+
+    async def notify(self, method: str, params: Any) -> None:
+        if method in self.opt_out:
+            return
+        await self._send(
+            _Notification(method=method, params=params, emittedAtMs=time.time_ns() // 1_000_000)
+        )
+
+    async def respond(self, request_id: int | str, result: Any) -> None:
+        await self._send(_Result(id=request_id, result=result))
+
+    async def respond_error(
+        self, request_id: int | str | None, code: int, message: str, data: Any = None
+    ) -> None:
+        await self._send(_Error(id=request_id, error=_ErrorObject(code, message, data)))
+
+    async def respond_rpc_error(self, request_id: int | str | None, err: RpcError) -> None:
+        await self.respond_error(request_id, err.code, err.message, err.data)
+
+    def allocate_id(self) -> int:
+        rid = self._next_id
+        self._next_id += 1
+        return rid
+
+    async def request(
+        self, method: str, params: Any, request_id: int | None = None
+    ) -> PeerResponse:
+        """Send a server→client request and wait for its response.
+
+        Cancellation (turn interrupted, timeout) withdraws the request: a late answer is then
+        ignored. Raises PeerGone if the client is or goes away."""
+        if self._closed:
+            raise PeerGone("client disconnected")
+        rid = self.allocate_id() if request_id is None else request_id
+        send, recv = trio.open_memory_channel[PeerResponse](1)
+        self._pending[rid] = send
+        try:
+            await self._send(_Request(id=rid, method=method, params=params))
+            try:
+                return await recv.receive()
+            except trio.EndOfChannel:
+                raise PeerGone("client disconnected") from None
+        finally:
+            self._pending.pop(rid, None)
+            send.close()
+            recv.close()
+
+    def route_response(self, request_id: Any, result: msgspec.Raw, error: Any) -> None:
+        chan = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
+        if chan is None:
+            log.warning("ignoring a response to unknown request id %r", request_id)
+            return
+        err = error if isinstance(error, dict) else None
+        if error is not None and err is None:
+            err = {"code": -32603, "message": f"malformed error object: {error!r}"}
+        try:
+            chan.send_nowait(PeerResponse(result=result, error=err))
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            log.warning("dropping a duplicate response to request id %r", request_id)
+
+    def close(self) -> None:
+        """The client is gone: every pending request fails with PeerGone; nothing more is sent."""
+        self._closed = True
+        for chan in self._pending.values():
+            chan.close()
+        self._pending.clear()

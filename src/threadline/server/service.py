@@ -1,0 +1,516 @@
+"""Thread and turn requests: `thread/*`, `turn/*`, `model/list` — the engine's front door."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import trio
+
+from ..backends.base import Backend, SessionSettings
+from ..ids import InvalidId, new_id, validate_id
+from ..protocol import (
+    AskForApproval,
+    DangerFullAccessSandbox,
+    EmptyResult,
+    GranularApproval,
+    Model,
+    ModelListParams,
+    ModelListResponse,
+    ReadOnlySandbox,
+    SandboxPolicy,
+    ThreadArchivedNotification,
+    ThreadArchiveParams,
+    ThreadItem,
+    ThreadListParams,
+    ThreadListResponse,
+    ThreadLoadedListParams,
+    ThreadLoadedListResponse,
+    ThreadNotLoaded,
+    ThreadReadParams,
+    ThreadReadResponse,
+    ThreadResumeParams,
+    ThreadResumeResponse,
+    ThreadStartedNotification,
+    ThreadStartParams,
+    ThreadStartResponse,
+    Turn,
+    TurnError,
+    TurnInterruptParams,
+    TurnStartParams,
+    TurnStartResponse,
+    WorkspaceWriteSandbox,
+)
+from ..rpc.connection import Reply
+from ..rpc.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
+from ..rpc.peer import Peer
+from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
+from .approvals import parse_rules
+from .config import ServerConfig
+from .threads import LoadedThread, thread_view
+from .turns import TurnRun
+
+__all__ = ["ThreadService"]
+
+log = logging.getLogger("threadline.service")
+
+_ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
+_ERROR_DECODER = msgspec.json.Decoder(TurnError)
+
+
+def _policy(value: AskForApproval | None, default: str) -> str:
+    if value is None:
+        return default
+    if isinstance(value, GranularApproval):
+        return "on-request"
+    return value
+
+
+def _sandbox_policy(mode: str | None, cwd: str) -> SandboxPolicy:
+    if mode == "read-only":
+        return ReadOnlySandbox()
+    if mode == "workspace-write":
+        return WorkspaceWriteSandbox(writable_roots=[cwd])
+    return DangerFullAccessSandbox()
+
+
+def _seconds(config: Mapping[str, Any], key: str, default: float | None) -> float | None:
+    raw = config.get(key)
+    if raw is None:
+        return default
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or raw <= 0:
+        raise RpcError(INVALID_PARAMS, f"Invalid params: config.{key} must be a positive number")
+    return float(raw) / 1000.0
+
+
+class ThreadService:
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        store: ThreadStore,
+        peer: Peer,
+        backends: Mapping[str, Backend],
+        nursery: trio.Nursery,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.peer = peer
+        self.backends = dict(backends)
+        self._nursery = nursery
+        self.loaded: dict[str, LoadedThread] = {}
+        self._opening: set[str] = set()
+        self.shutting_down = False
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _backend(self, backend_id: str | None) -> Backend:
+        name = backend_id or self.config.default_backend
+        backend = self.backends.get(name)
+        if backend is None:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: unknown modelProvider {name!r}; valid: "
+                + ", ".join(self.backends),
+            )
+        return backend
+
+    @staticmethod
+    def _thread_id(value: str) -> str:
+        try:
+            return validate_id(value)
+        except InvalidId as exc:
+            raise RpcError(INVALID_REQUEST, str(exc)) from None
+
+    def _loaded(self, thread_id: str) -> LoadedThread:
+        tid = self._thread_id(thread_id)
+        thread = self.loaded.get(tid)
+        if thread is None:
+            raise RpcError(INVALID_REQUEST, f"thread not loaded: {tid} (call thread/resume first)")
+        return thread
+
+    async def _load_record(self, thread_id: str) -> ThreadRecord:
+        try:
+            record = await self.store.load(thread_id)
+        except StoreCorrupt as exc:
+            raise RpcError(INVALID_REQUEST, f"thread {thread_id} is unreadable: {exc}") from None
+        if record is None:
+            raise RpcError(INVALID_REQUEST, f"no rollout found for thread id {thread_id}")
+        return record
+
+    def _settings(
+        self,
+        *,
+        thread_id: str,
+        backend: Backend,
+        cwd: str,
+        model: str | None,
+        approval_policy: str,
+        sandbox: str | None,
+        base_instructions: str | None,
+        developer_instructions: str | None,
+        config: dict[str, Any],
+    ) -> SessionSettings:
+        mode = config.get("mode") or backend.default_mode
+        if mode not in backend.modes:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: config.mode {mode!r} is not a mode of {backend.id}; valid: "
+                + ", ".join(backend.modes),
+            )
+        max_turns = config.get("maxTurns", self.config.max_turns)
+        if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns <= 0:
+            raise RpcError(
+                INVALID_PARAMS, "Invalid params: config.maxTurns must be a positive integer"
+            )
+        tools = config.get("allowedTools", list(self.config.allowed_tools or ()) or None)
+        if tools is not None and (
+            not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)
+        ):
+            raise RpcError(
+                INVALID_PARAMS, "Invalid params: config.allowedTools must be a list of strings"
+            )
+        cli_path = config.get("cliPath") or self.config.cli_path
+        settings = SessionSettings(
+            thread_id=thread_id,
+            cwd=cwd,
+            mode=mode,
+            model=model or self.config.model,
+            approval_policy=approval_policy,  # type: ignore[arg-type]
+            sandbox=sandbox,
+            base_instructions=base_instructions,
+            developer_instructions=developer_instructions,
+            max_turns=max_turns,
+            allowed_tools=tools,
+            config=config,
+            env=dict(os.environ),
+            cli_path=cli_path if isinstance(cli_path, str) else None,
+        )
+        for option in backend.unsupported_options(settings):
+            log.warning("the %s backend cannot honour %s; ignoring it", backend.id, option)
+        return settings
+
+    async def _open_thread(
+        self, record: ThreadRecord, backend: Backend, settings: SessionSettings
+    ) -> LoadedThread:
+        config = settings.config
+        try:
+            rules = parse_rules(config.get("approvalRules"))
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}") from None
+        thread = LoadedThread(
+            self,
+            record,
+            backend,
+            settings,
+            rules=rules,
+            approval_timeout=_seconds(config, "approvalTimeoutMs", self.config.approval_timeout),
+            turn_timeout=_seconds(config, "turnTimeoutMs", self.config.turn_timeout),
+            interrupt_grace=self.config.interrupt_grace,
+        )
+        await self._nursery.start(thread.main)
+        self.loaded[record.id] = thread
+        record.settings = thread.settings_record()
+        return thread
+
+    def _response(
+        self, thread: LoadedThread, cls: type[Any], turns: list[Turn] | None = None
+    ) -> Any:
+        s = thread.settings
+        view = thread.view()
+        if turns:
+            view.turns = turns
+        return cls(
+            thread=view,
+            model=s.model or "default",
+            model_provider=thread.backend.id,
+            cwd=s.cwd,
+            approval_policy=s.approval_policy,
+            approvals_reviewer="user",
+            sandbox=_sandbox_policy(s.sandbox, s.cwd),
+        )
+
+    def _check_cwd(self, cwd: str | None) -> str:
+        path = cwd or os.getcwd()
+        if not os.path.isabs(path):
+            raise RpcError(
+                INVALID_PARAMS, f"Invalid params: cwd must be an absolute path: {path!r}"
+            )
+        if not os.path.isdir(path):
+            raise RpcError(INVALID_PARAMS, f"Invalid params: cwd is not a directory: {path!r}")
+        return os.path.normpath(path)
+
+    # -- thread/* ----------------------------------------------------------------------------------
+
+    async def thread_start(self, p: ThreadStartParams) -> Reply:
+        self._refuse_when_shutting_down()
+        backend = self._backend(p.model_provider)
+        cwd = self._check_cwd(p.cwd)
+        config = dict(p.config or {})
+        tid = new_id()
+        settings = self._settings(
+            thread_id=tid,
+            backend=backend,
+            cwd=cwd,
+            model=p.model,
+            approval_policy=_policy(p.approval_policy, "on-request"),
+            sandbox=p.sandbox,
+            base_instructions=p.base_instructions,
+            developer_instructions=p.developer_instructions,
+            config=config,
+        )
+        now = int(time.time())
+        record = ThreadRecord(
+            id=tid,
+            backend=backend.id,
+            cwd=cwd,
+            model=settings.model,
+            created_at=now,
+            updated_at=now,
+            ephemeral=bool(p.ephemeral),
+        )
+        thread = await self._open_thread(record, backend, settings)
+        if not record.ephemeral:
+            # Written now, not lazily: a second client can resume a thread with no turns.
+            await self.store.create(record)
+        thread.prewarm()
+        response = self._response(thread, ThreadStartResponse)
+
+        async def started() -> None:
+            await self.peer.notify(
+                "thread/started", ThreadStartedNotification(thread=thread.view())
+            )
+
+        return Reply(response, started)
+
+    async def thread_resume(self, p: ThreadResumeParams) -> ThreadResumeResponse:
+        self._refuse_when_shutting_down()
+        tid = self._thread_id(p.thread_id)
+        thread = self.loaded.get(tid)
+        if thread is None:
+            if tid in self._opening:
+                raise RpcError(INVALID_REQUEST, f"thread {tid} is being resumed already")
+            self._opening.add(tid)
+            try:
+                thread = await self._resume(tid, p)
+            finally:
+                self._opening.discard(tid)
+        elif p.approval_policy is not None:
+            thread.router.policy = thread.settings.approval_policy = _policy(
+                p.approval_policy, thread.settings.approval_policy
+            )  # type: ignore[assignment]
+        turns = None if p.exclude_turns else await self._turns(thread.record)
+        return self._response(thread, ThreadResumeResponse, turns)  # type: ignore[no-any-return]
+
+    async def _resume(self, tid: str, p: ThreadResumeParams) -> LoadedThread:
+        record = await self._load_record(tid)
+        if record.archived:
+            raise RpcError(INVALID_REQUEST, f"thread {tid} is archived")
+        if p.cwd is not None and os.path.normpath(p.cwd) != record.cwd:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"thread {tid} belongs to cwd {record.cwd}; it cannot be resumed from {p.cwd} "
+                "(agent CLIs resume sessions only from their original directory)",
+            )
+        if p.model_provider is not None and p.model_provider != record.backend:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"thread {tid} runs on backend {record.backend!r}, not {p.model_provider!r}",
+            )
+        backend = self._backend(record.backend)
+        stored = record.settings
+        config = dict(stored.get("config") or {})
+        config.update(p.config or {})
+        settings = self._settings(
+            thread_id=tid,
+            backend=backend,
+            cwd=record.cwd,
+            model=p.model or record.model,
+            approval_policy=_policy(p.approval_policy, stored.get("approvalPolicy", "on-request")),
+            sandbox=p.sandbox or stored.get("sandbox"),
+            base_instructions=p.base_instructions or stored.get("baseInstructions"),
+            developer_instructions=p.developer_instructions or stored.get("developerInstructions"),
+            config=config,
+        )
+        settings.resumed = True
+        settings.backend_session_id = record.backend_session_id
+        settings.role_bootstrap_applied = record.role_bootstrap_applied
+        record.model = settings.model
+        thread = await self._open_thread(record, backend, settings)
+        await thread.save_record()
+        thread.prewarm()
+        return thread
+
+    async def _turns(self, record: ThreadRecord) -> list[Turn]:
+        if record.ephemeral:
+            return []
+        entries = await self.store.read_log(record.id)
+        turns = []
+        for view in turns_from_log(entries):
+            items = []
+            for raw in view.items:
+                try:
+                    items.append(_ITEM_DECODER.decode(raw))
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    log.warning("thread %s: skipping an unreadable item", record.id)
+            error = None
+            if view.error:
+                try:
+                    error = _ERROR_DECODER.decode(view.error)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    error = TurnError(message="(unreadable error record)")
+            turns.append(
+                Turn(
+                    id=view.turn_id,
+                    status=view.status,  # type: ignore[arg-type]
+                    items=items,
+                    items_view="full",
+                    error=error,
+                    started_at=view.started_at,
+                    completed_at=view.completed_at,
+                    duration_ms=view.duration_ms,
+                )
+            )
+        return turns
+
+    async def thread_list(self, p: ThreadListParams) -> ThreadListResponse:
+        records = {r.id: r for r in await self.store.list()}
+        for tid, thread in self.loaded.items():
+            records[tid] = thread.record
+        want_archived = bool(p.archived)
+        cwds = [p.cwd] if isinstance(p.cwd, str) else p.cwd
+        rows = []
+        for record in records.values():
+            if record.archived != want_archived:
+                continue
+            if p.model_providers and record.backend not in p.model_providers:
+                continue
+            if cwds and record.cwd not in cwds:
+                continue
+            if p.search_term:
+                term = p.search_term.lower()
+                if term not in record.preview.lower() and term not in (record.name or "").lower():
+                    continue
+            rows.append(record)
+        key = "updated_at" if p.sort_key in ("updated_at", "recency_at") else "created_at"
+        rows.sort(key=lambda r: (getattr(r, key), r.id), reverse=p.sort_direction != "asc")
+        start = 0
+        if p.cursor:
+            try:
+                start = max(0, int(p.cursor))
+            except ValueError:
+                raise RpcError(INVALID_PARAMS, f"Invalid params: bad cursor {p.cursor!r}") from None
+        limit = max(1, min(p.limit or 100, 1000))
+        page = rows[start : start + limit]
+        data = []
+        for record in page:
+            loaded = self.loaded.get(record.id)
+            data.append(loaded.view() if loaded else thread_view(record, ThreadNotLoaded()))
+        nxt = str(start + limit) if start + limit < len(rows) else None
+        return ThreadListResponse(data=data, next_cursor=nxt)
+
+    async def thread_read(self, p: ThreadReadParams) -> ThreadReadResponse:
+        tid = self._thread_id(p.thread_id)
+        loaded = self.loaded.get(tid)
+        record = loaded.record if loaded else await self._load_record(tid)
+        view = loaded.view() if loaded else thread_view(record, ThreadNotLoaded())
+        if p.include_turns:
+            view.turns = await self._turns(record)
+        return ThreadReadResponse(thread=view)
+
+    async def thread_archive(self, p: ThreadArchiveParams) -> EmptyResult:
+        tid = self._thread_id(p.thread_id)
+        loaded = self.loaded.pop(tid, None)
+        record = loaded.record if loaded else await self._load_record(tid)
+        if loaded is not None:
+            await loaded.close()
+            await loaded.set_status_not_loaded()
+        record.archived = True
+        if not record.ephemeral:
+            await self.store.save(record)
+        await self.peer.notify("thread/archived", ThreadArchivedNotification(thread_id=tid))
+        return EmptyResult()
+
+    async def thread_loaded_list(self, p: ThreadLoadedListParams) -> ThreadLoadedListResponse:
+        ids = sorted(self.loaded)
+        start = int(p.cursor) if p.cursor and p.cursor.isdigit() else 0
+        limit = max(1, min(p.limit or 1000, 1000))
+        nxt = str(start + limit) if start + limit < len(ids) else None
+        return ThreadLoadedListResponse(data=ids[start : start + limit], next_cursor=nxt)
+
+    # -- turn/* -----------------------------------------------------------------------------------
+
+    async def turn_start(self, p: TurnStartParams) -> Reply:
+        self._refuse_when_shutting_down()
+        thread = self._loaded(p.thread_id)
+        if not p.input:
+            raise RpcError(INVALID_PARAMS, "Invalid params for turn/start: input must not be empty")
+        active = thread.active_turn
+        if active is not None and not active.finished:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"turn {active.id} is already in progress on thread {thread.id}; "
+                "wait for turn/completed or interrupt it first",
+            )
+        if p.approval_policy is not None:
+            # Per-turn overrides stick for later turns, as in Codex.
+            policy = _policy(p.approval_policy, thread.settings.approval_policy)
+            thread.settings.approval_policy = policy  # type: ignore[assignment]
+            thread.router.policy = policy
+        if p.model is not None and p.model != thread.settings.model:
+            thread.settings.model = thread.record.model = p.model
+            thread.mark_session_unhealthy("model changed")  # reopened (resumed) with the new model
+        if p.cwd is not None and os.path.normpath(p.cwd) != thread.settings.cwd:
+            log.warning(
+                "thread %s: turn/start cwd override is not supported; ignoring it", thread.id
+            )
+        run = TurnRun(thread, list(p.input))
+        thread.start_turn(run)
+        return Reply(TurnStartResponse(turn=run.initial_turn()), run.response_sent)
+
+    async def turn_interrupt(self, p: TurnInterruptParams) -> EmptyResult:
+        thread = self._loaded(p.thread_id)
+        active = thread.active_turn
+        if p.turn_id in thread.finished_turns:
+            return EmptyResult()  # already over: interrupting it is harmless
+        if active is None or active.finished:
+            raise RpcError(INVALID_REQUEST, "no active turn to interrupt")
+        if active.id != p.turn_id:
+            raise RpcError(
+                INVALID_REQUEST, f"expected active turn id {p.turn_id} but found {active.id}"
+            )
+        thread.nursery.start_soon(active.interrupt)
+        return EmptyResult()
+
+    # -- models -----------------------------------------------------------------------------------
+
+    async def model_list(self, p: ModelListParams) -> ModelListResponse:
+        models: list[Model] = []
+        for backend_id, backend in self.backends.items():
+            if p.model_provider and backend_id != p.model_provider:
+                continue
+            models.extend(backend.models())
+        start = int(p.cursor) if p.cursor and p.cursor.isdigit() else 0
+        limit = max(1, min(p.limit or 1000, 1000))
+        nxt = str(start + limit) if start + limit < len(models) else None
+        return ModelListResponse(data=models[start : start + limit], next_cursor=nxt)
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def _refuse_when_shutting_down(self) -> None:
+        if self.shutting_down:
+            raise RpcError(INVALID_REQUEST, "server is shutting down")
+
+    async def shutdown(self, grace: float = 10.0) -> None:
+        """End every running turn (interrupted), stop every session (and so every CLI process
+        group), flush state. Bounded by `grace`; the caller cancels whatever is left."""
+        self.shutting_down = True
+        with trio.move_on_after(grace):
+            async with trio.open_nursery() as nursery:
+                for thread in list(self.loaded.values()):
+                    nursery.start_soon(thread.close)
+        self.loaded.clear()

@@ -1,0 +1,304 @@
+"""Loaded threads: one task per thread that owns its backend session and its turns.
+
+A thread's session lives in the thread's own nursery (`LoadedThread.main`), opened lazily (and
+pre-warmed at `thread/start`, so the first turn does not pay the CLI's start-up). A session that
+became unhealthy (its CLI died, a turn was killed) is closed after the turn and reopened for the
+next one with the CLI's session id, so the conversation resumes."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .. import __version__
+from ..backends.base import Backend, BackendError, BackendSession, SessionSettings
+from ..protocol import (
+    BackendCapabilities,
+    Thread,
+    ThreadActive,
+    ThreadActiveFlag,
+    ThreadIdle,
+    ThreadNotLoaded,
+    ThreadStatus,
+    ThreadStatusChangedNotification,
+)
+from ..store import LogEntry, ThreadRecord
+from .approvals import ApprovalRouter, ApprovalRule
+from .turns import TurnRun
+
+if TYPE_CHECKING:
+    from .service import ThreadService
+
+__all__ = ["LoadedThread", "thread_view"]
+
+log = logging.getLogger("threadline.threads")
+
+
+def thread_view(record: ThreadRecord, status: ThreadStatus, turns: Sequence[Any] = ()) -> Thread:
+    return Thread(
+        id=record.id,
+        session_id=record.id,
+        preview=record.preview,
+        ephemeral=record.ephemeral,
+        model_provider=record.backend,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        status=status,
+        cwd=record.cwd,
+        cli_version=__version__,
+        source="appServer",
+        project_id=None,
+        turns=list(turns),
+        model=record.model,
+        name=record.name,
+    )
+
+
+def _find_backend_error(exc: BaseException) -> BackendError | None:
+    if isinstance(exc, BackendError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _find_backend_error(sub)
+            if found is not None:
+                return found
+    return None
+
+
+class LoadedThread:
+    def __init__(
+        self,
+        service: ThreadService,
+        record: ThreadRecord,
+        backend: Backend,
+        settings: SessionSettings,
+        *,
+        rules: Sequence[ApprovalRule],
+        approval_timeout: float | None,
+        turn_timeout: float | None,
+        interrupt_grace: float,
+    ) -> None:
+        self.service = service
+        self.record = record
+        self.backend = backend
+        self.settings = settings
+        self.capabilities: BackendCapabilities = backend.capabilities(settings.mode)
+        self.turn_timeout = turn_timeout
+        self.interrupt_grace = interrupt_grace
+        self.router = ApprovalRouter(
+            service.peer,
+            record.id,
+            policy=settings.approval_policy,
+            rules=rules,
+            timeout=approval_timeout,
+            set_flags=self._approval_flags,
+        )
+        self.session: BackendSession | None = None
+        self.active_turn: TurnRun | None = None
+        self.finished_turns: set[str] = set()
+        self.status: ThreadStatus = ThreadIdle()
+        self._nursery: trio.Nursery | None = None
+        self._closing = trio.Event()
+        self._closed = trio.Event()
+        self._session_lock = trio.Lock()
+        self._session_close: trio.Event | None = None
+        self._session_done: trio.Event | None = None
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        assert self._nursery is not None, "thread task not running"
+        return self._nursery
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    async def main(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await self._closing.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._closed.set()
+
+    async def close(self) -> None:
+        """End the running turn (hard), stop the session, end the thread task."""
+        if self.active_turn is not None:
+            await self.active_turn.interrupt(native=False)
+            await self.active_turn.done.wait()
+        await self._close_session()
+        self._closing.set()
+        await self._closed.wait()
+
+    def prewarm(self) -> None:
+        self.nursery.start_soon(self._prewarm)
+
+    async def _prewarm(self) -> None:
+        try:
+            await self.ensure_session()
+        except Exception as exc:
+            # The first turn retries and reports the error to the client.
+            log.info("thread %s: session pre-warm failed: %s", self.id, exc)
+
+    # -- session -------------------------------------------------------------------------------
+
+    async def ensure_session(self) -> BackendSession:
+        async with self._session_lock:
+            if self.session is not None and self.session.healthy:
+                return self.session
+            if self.session is not None:
+                await self._close_session()
+            try:
+                session: BackendSession = await self.nursery.start(self._session_main)
+            except BaseException as exc:
+                found = _find_backend_error(exc)
+                if found is not None and found is not exc:
+                    raise found from exc
+                raise
+            self.session = session
+            return session
+
+    async def _session_main(
+        self, *, task_status: trio.TaskStatus[BackendSession] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        close, done = trio.Event(), trio.Event()
+        self._session_close, self._session_done = close, done
+        started = False
+        try:
+            async with self.backend.session(self.settings) as session:
+                started = True
+                task_status.started(session)
+                await close.wait()
+        except Exception:
+            if not started:
+                raise
+            log.exception("thread %s: the %s session failed", self.id, self.backend.id)
+        finally:
+            done.set()
+            if self.session is not None and started:
+                self.session.healthy = False
+
+    async def _close_session(self) -> None:
+        close, done = self._session_close, self._session_done
+        self.session = None
+        if close is not None and done is not None:
+            close.set()
+            with trio.CancelScope(shield=True):
+                await done.wait()
+        # Later sessions continue the CLI's conversation.
+        self.settings.resumed = True
+        self.settings.backend_session_id = self.record.backend_session_id
+        self.settings.role_bootstrap_applied = self.record.role_bootstrap_applied
+
+    def mark_session_unhealthy(self, reason: str) -> None:
+        if self.session is not None and self.session.healthy:
+            log.info("thread %s: restarting the session after this turn (%s)", self.id, reason)
+            self.session.healthy = False
+
+    # -- state shared with turns -------------------------------------------------------------
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self.service.peer.notify(method, params)
+
+    async def persist(self, entries: Sequence[LogEntry], *, sync: bool = False) -> None:
+        if self.record.ephemeral:
+            return
+        try:
+            await self.service.store.append(self.id, entries, sync=sync)
+        except OSError:
+            log.exception("thread %s: could not append to the log", self.id)
+
+    async def save_record(self) -> None:
+        self.record.updated_at = int(time.time())
+        if self.record.ephemeral:
+            return
+        try:
+            await self.service.store.save(self.record)
+        except OSError:
+            log.exception("thread %s: could not save the thread record", self.id)
+
+    def pending_bootstrap(self) -> str | None:
+        if self.record.role_bootstrap_applied:
+            return None
+        return self.settings.role_prompt
+
+    async def set_backend_session_id(self, session_id: str) -> None:
+        if self.record.backend_session_id != session_id:
+            self.record.backend_session_id = session_id
+            self.settings.backend_session_id = session_id
+            await self.save_record()
+
+    async def mark_role_bootstrap_applied(self) -> None:
+        if not self.record.role_bootstrap_applied:
+            self.record.role_bootstrap_applied = True
+            self.settings.role_bootstrap_applied = True
+            await self.save_record()
+
+    async def _set_status(self, status: ThreadStatus) -> None:
+        if status == self.status:
+            return
+        self.status = status
+        await self.notify(
+            "thread/status/changed",
+            ThreadStatusChangedNotification(thread_id=self.id, status=status),
+        )
+
+    async def set_status_active(self, flags: list[ThreadActiveFlag]) -> None:
+        await self._set_status(ThreadActive(active_flags=flags))
+
+    async def set_status_idle(self) -> None:
+        await self._set_status(ThreadIdle())
+
+    async def set_status_not_loaded(self) -> None:
+        await self._set_status(ThreadNotLoaded())
+
+    async def _approval_flags(self, flags: list[ThreadActiveFlag]) -> None:
+        turn = self.active_turn
+        if turn is not None and not turn.finished and isinstance(self.status, ThreadActive):
+            await self.set_status_active(flags)
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    def start_turn(self, run: TurnRun) -> None:
+        self.active_turn = run
+        if not self.record.preview:
+            from .turns import input_text
+
+            self.record.preview = input_text(run.input)[:200]
+        self.nursery.start_soon(run.run)
+
+    async def turn_finished(self, run: TurnRun) -> None:
+        """Called by the turn runner before `turn/completed` goes out."""
+        if self.active_turn is run:
+            self.active_turn = None
+        self.finished_turns.add(run.id)
+        self.record.turn_count += 1
+        await self.save_record()
+        if self.session is not None and not self.session.healthy:
+            await self._close_session()
+
+    def view(self) -> Thread:
+        return thread_view(self.record, self.status)
+
+    def settings_record(self) -> dict[str, Any]:
+        """The parts of the settings persisted for resume."""
+        s = self.settings
+        data = {
+            "mode": s.mode,
+            "approvalPolicy": s.approval_policy,
+            "sandbox": s.sandbox,
+            "baseInstructions": s.base_instructions,
+            "developerInstructions": s.developer_instructions,
+            "maxTurns": s.max_turns,
+            "allowedTools": s.allowed_tools,
+            "config": s.config,
+        }
+        return {k: v for k, v in data.items() if v is not None}

@@ -1,0 +1,538 @@
+"""The turn runner: turns a backend's normalized events into protocol notifications and owns
+the protocol's invariants for one turn.
+
+- `turn/started`, then a `userMessage` item (started + completed) before anything else;
+- every `item/started` gets exactly one `item/completed` with the same id — also on interrupt
+  and failure, when in-flight items are closed here (Codex leaves them dangling);
+- deltas concatenate to the completed item's text (a backend that sends only the final text
+  gets one synthetic delta; a divergent final text is replaced by what was streamed);
+- exactly one terminal `turn/completed` (`completed | interrupted | failed`, `error` when
+  failed), preceded by `thread/status/changed` idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+import trio
+
+from ..backends import base as b
+from ..ids import new_id
+from ..protocol import (
+    AgentMessageDeltaNotification,
+    AgentMessageItem,
+    CommandExecutionItem,
+    CommandExecutionOutputDeltaNotification,
+    DynamicToolCallItem,
+    ErrorNotification,
+    FileChangeItem,
+    FileChangeOutputDeltaNotification,
+    ItemCompletedNotification,
+    ItemStartedNotification,
+    McpToolCallError,
+    McpToolCallItem,
+    McpToolCallProgressNotification,
+    PlanDeltaNotification,
+    PlanItem,
+    ReasoningItem,
+    ReasoningSummaryPartAddedNotification,
+    ReasoningSummaryTextDeltaNotification,
+    ReasoningTextDeltaNotification,
+    TextInput,
+    ThreadItem,
+    ThreadTokenUsageUpdatedNotification,
+    ToolRequestUserInputQuestion,
+    Turn,
+    TurnCompletedNotification,
+    TurnDiffUpdatedNotification,
+    TurnError,
+    TurnPlanUpdatedNotification,
+    TurnStartedNotification,
+    UserInput,
+    UserMessageItem,
+    WarningNotification,
+)
+from ..store import ItemEntry, TurnCompletedEntry, TurnStartedEntry
+
+if TYPE_CHECKING:
+    from .threads import LoadedThread
+
+__all__ = ["TurnRun", "input_text"]
+
+log = logging.getLogger("threadline.turns")
+
+TurnStatus = Literal["completed", "interrupted", "failed"]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def input_text(items: Sequence[UserInput]) -> str:
+    return "\n\n".join(i.text for i in items if isinstance(i, TextInput))
+
+
+@dataclass
+class _OpenItem:
+    item: ThreadItem
+    text: list[str] = field(default_factory=list)  # agentMessage / plan deltas, command output
+    summary: dict[int, list[str]] = field(default_factory=dict)
+    content: dict[int, list[str]] = field(default_factory=dict)
+
+
+class _Context:
+    """The `TurnContext` a backend sees for one turn."""
+
+    def __init__(self, run: TurnRun) -> None:
+        self._run = run
+        self.thread_id = run.thread.id
+        self.turn_id = run.id
+        self.log = logging.getLogger(f"threadline.backend.{run.thread.backend.id}")
+
+    def new_item_id(self) -> str:
+        return new_id()
+
+    async def emit(self, event: b.BackendEvent) -> None:
+        await self._run.handle_event(event)
+
+    async def request_approval(self, request: b.ApprovalRequest) -> b.ApprovalDecision:
+        return await self._run.request_approval(request)
+
+    async def request_user_input(
+        self, item_id: str, questions: Sequence[ToolRequestUserInputQuestion]
+    ) -> dict[str, list[str]] | None:
+        return await self._run.thread.router.ask_user(self._run.id, item_id, questions)
+
+    async def set_backend_session_id(self, session_id: str) -> None:
+        await self._run.thread.set_backend_session_id(session_id)
+
+    async def mark_role_bootstrap_applied(self) -> None:
+        await self._run.thread.mark_role_bootstrap_applied()
+
+
+class TurnRun:
+    def __init__(self, thread: LoadedThread, user_input: list[UserInput]) -> None:
+        self.thread = thread
+        self.id = new_id()
+        self.input = user_input
+        self.started_at = int(time.time())
+        self._started_mono = time.monotonic()
+        self._open: dict[str, _OpenItem] = {}
+        # item id → last approval state; "pending" survives a cancelled request, so an item
+        # closed by an interrupt while waiting is reported as declined (the tool never ran).
+        self._approvals: dict[str, str] = {}
+        self._completed: set[str] = set()
+        self._interrupt_requested = False
+        self._hard_cancelled = False
+        self._timed_out = False
+        self._response_sent = trio.Event()
+        self.done = trio.Event()
+        self._scope = trio.CancelScope()
+        self.status: Literal["inProgress", "completed", "interrupted", "failed"] = "inProgress"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def initial_turn(self) -> Turn:
+        return Turn(id=self.id, status="inProgress", items=[], items_view="notLoaded")
+
+    async def response_sent(self) -> None:
+        self._response_sent.set()
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+    async def run(self) -> None:
+        """The turn task (runs in the thread's nursery)."""
+        try:
+            await self._response_sent.wait()
+            await self._run()
+        finally:
+            self.done.set()
+
+    async def _notify(self, method: str, params: Any) -> None:
+        await self.thread.notify(method, params)
+
+    async def _run(self) -> None:
+        thread = self.thread
+        await thread.set_status_active([])
+        await self._notify(
+            "turn/started",
+            TurnStartedNotification(
+                thread_id=thread.id,
+                turn=Turn(
+                    id=self.id,
+                    status="inProgress",
+                    items=[],
+                    items_view="notLoaded",
+                    started_at=self.started_at,
+                ),
+            ),
+        )
+        await thread.persist([TurnStartedEntry(turn_id=self.id, started_at=self.started_at)])
+        user_item = UserMessageItem(id=new_id(), content=self.input)
+        await self.handle_event(b.ItemStarted(user_item))
+        await self.handle_event(b.ItemCompleted(user_item))
+
+        status: TurnStatus = "completed"
+        error: TurnError | None = None
+        try:
+            with self._scope:
+                timeout = thread.turn_timeout
+                with trio.move_on_after(timeout if timeout else float("inf")) as timer:
+                    session = await thread.ensure_session()
+                    turn_input = b.TurnInput(
+                        turn_id=self.id,
+                        input=self.input,
+                        text=input_text(self.input),
+                        bootstrap=thread.pending_bootstrap(),
+                    )
+                    outcome = await session.run_turn(turn_input, _Context(self))
+                    if outcome is not None:
+                        status, error = outcome.status, outcome.error
+                if timer.cancelled_caught:
+                    self._timed_out = True
+        except b.BackendError as exc:
+            status, error = "failed", exc.to_turn_error()
+        except Exception as exc:
+            log.exception("backend %s crashed in a turn", thread.backend.id)
+            status = "failed"
+            error = TurnError(
+                message=f"internal error in the {thread.backend.id} backend: {exc}",
+                codex_error_info="other",
+            )
+        if self._timed_out:
+            status, error = "failed", TurnError(message="Query timed out", codex_error_info="other")
+            thread.mark_session_unhealthy("turn timed out")
+        elif self._hard_cancelled:
+            thread.mark_session_unhealthy("turn was cancelled without a native interrupt")
+            if status != "failed":
+                status, error = "interrupted", None
+        elif self._interrupt_requested and status == "completed":
+            status, error = "interrupted", None
+        if status == "failed" and error is None:
+            error = TurnError(message="the turn failed", codex_error_info="other")
+        if status != "failed":
+            error = None
+        with trio.CancelScope(shield=True):
+            await self._finish(status, error)
+
+    async def _finish(self, status: TurnStatus, error: TurnError | None) -> None:
+        for item_id in list(self._open):
+            await self._complete(self._close_in_flight(item_id, status))
+        thread = self.thread
+        if error is not None:
+            await self._notify(
+                "error",
+                ErrorNotification(
+                    error=error, will_retry=False, thread_id=thread.id, turn_id=self.id
+                ),
+            )
+        duration = int((time.monotonic() - self._started_mono) * 1000)
+        completed_at = int(time.time())
+        self.status = status
+        await thread.persist(
+            [
+                TurnCompletedEntry(
+                    turn_id=self.id,
+                    status=status,
+                    completed_at=completed_at,
+                    duration_ms=duration,
+                    error=msgspec.Raw(msgspec.json.encode(error)) if error else msgspec.Raw(),
+                )
+            ],
+            sync=True,
+        )
+        await thread.turn_finished(self)
+        await thread.set_status_idle()
+        await self._notify(
+            "turn/completed",
+            TurnCompletedNotification(
+                thread_id=thread.id,
+                turn=Turn(
+                    id=self.id,
+                    status=status,
+                    items=[],
+                    items_view="notLoaded",
+                    error=error,
+                    started_at=self.started_at,
+                    completed_at=completed_at,
+                    duration_ms=duration,
+                ),
+            ),
+        )
+
+    # -- interrupt -----------------------------------------------------------------------------
+
+    async def interrupt(self, *, native: bool = True) -> None:
+        """Stop the turn: the backend's native interrupt first (if it has one), then — after
+        the grace period, or at once when `native` is False — cancel it hard (the backend's
+        cleanup kills its process group)."""
+        if self.finished:
+            return
+        self._interrupt_requested = True
+        caps = self.thread.capabilities
+        session = self.thread.session
+        if native and caps.interrupt and session is not None and self._response_sent.is_set():
+            try:
+                await session.interrupt()
+            except Exception:
+                log.exception("native interrupt failed; cancelling the turn")
+            else:
+                with trio.move_on_after(self.thread.interrupt_grace):
+                    await self.done.wait()
+        if not self.finished:
+            self._hard_cancelled = True
+            self._scope.cancel()
+
+    # -- approvals -----------------------------------------------------------------------------
+
+    async def request_approval(self, request: b.ApprovalRequest) -> b.ApprovalDecision:
+        if request.item_id not in self._open:
+            log.warning("approval for item %s that was not started", request.item_id)
+        self._approvals[request.item_id] = "pending"
+        decision = await self.thread.router.decide(self.id, request)
+        self._approvals[request.item_id] = decision
+        if decision == "cancel":
+            # Decline, then interrupt the turn (Codex semantics), without blocking the backend
+            # that is waiting for this answer.
+            self.thread.nursery.start_soon(self.interrupt)
+        return decision
+
+    # -- events → notifications ------------------------------------------------------------------
+
+    async def handle_event(self, event: b.BackendEvent) -> None:
+        tid, turn_id = self.thread.id, self.id
+        match event:
+            case b.ItemStarted(item=item):
+                await self._start(item)
+            case b.ItemCompleted(item=item):
+                if item.id in self._completed:
+                    log.warning("ignoring a second completion of item %s", item.id)
+                    return
+                if item.id not in self._open:
+                    await self._start(item)
+                await self._complete(self._reconcile(item))
+            case b.AgentMessageDelta(item_id=iid, delta=delta):
+                entry = await self._ensure_open(iid, lambda: AgentMessageItem(id=iid, text=""))
+                if entry is None or not delta:
+                    return
+                entry.text.append(delta)
+                await self._notify(
+                    "item/agentMessage/delta",
+                    AgentMessageDeltaNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=iid, delta=delta
+                    ),
+                )
+            case b.PlanDelta(item_id=iid, delta=delta):
+                entry = await self._ensure_open(iid, lambda: PlanItem(id=iid, text=""))
+                if entry is None or not delta:
+                    return
+                entry.text.append(delta)
+                await self._notify(
+                    "item/plan/delta",
+                    PlanDeltaNotification(thread_id=tid, turn_id=turn_id, item_id=iid, delta=delta),
+                )
+            case b.ReasoningSummaryPartAdded(item_id=iid, summary_index=idx):
+                entry = await self._ensure_open(iid, lambda: ReasoningItem(id=iid))
+                if entry is None:
+                    return
+                entry.summary.setdefault(idx, [])
+                await self._notify(
+                    "item/reasoning/summaryPartAdded",
+                    ReasoningSummaryPartAddedNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=iid, summary_index=idx
+                    ),
+                )
+            case b.ReasoningSummaryDelta(item_id=iid, delta=delta, summary_index=idx):
+                entry = await self._ensure_open(iid, lambda: ReasoningItem(id=iid))
+                if entry is None or not delta:
+                    return
+                entry.summary.setdefault(idx, []).append(delta)
+                await self._notify(
+                    "item/reasoning/summaryTextDelta",
+                    ReasoningSummaryTextDeltaNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=iid, delta=delta, summary_index=idx
+                    ),
+                )
+            case b.ReasoningTextDelta(item_id=iid, delta=delta, content_index=idx):
+                entry = await self._ensure_open(iid, lambda: ReasoningItem(id=iid))
+                if entry is None or not delta:
+                    return
+                entry.content.setdefault(idx, []).append(delta)
+                await self._notify(
+                    "item/reasoning/textDelta",
+                    ReasoningTextDeltaNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=iid, delta=delta, content_index=idx
+                    ),
+                )
+            case b.CommandOutputDelta(item_id=iid, delta=delta):
+                entry = self._open.get(iid)
+                if entry is None or not delta:
+                    return
+                entry.text.append(delta)
+                await self._notify(
+                    "item/commandExecution/outputDelta",
+                    CommandExecutionOutputDeltaNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=iid, delta=delta
+                    ),
+                )
+            case b.FileChangeOutputDelta(item_id=iid, delta=delta):
+                if iid not in self._open or not delta:
+                    return
+                await self._notify(
+                    "item/fileChange/outputDelta",
+                    FileChangeOutputDeltaNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=iid, delta=delta
+                    ),
+                )
+            case b.McpProgress(item_id=iid, message=message):
+                if iid in self._open:
+                    await self._notify(
+                        "item/mcpToolCall/progress",
+                        McpToolCallProgressNotification(
+                            thread_id=tid, turn_id=turn_id, item_id=iid, message=message
+                        ),
+                    )
+            case b.PlanUpdated(plan=plan, explanation=explanation):
+                await self._notify(
+                    "turn/plan/updated",
+                    TurnPlanUpdatedNotification(
+                        thread_id=tid, turn_id=turn_id, plan=plan, explanation=explanation
+                    ),
+                )
+            case b.DiffUpdated(diff=diff):
+                await self._notify(
+                    "turn/diff/updated",
+                    TurnDiffUpdatedNotification(thread_id=tid, turn_id=turn_id, diff=diff),
+                )
+            case b.TokenUsageUpdated(usage=usage):
+                await self._notify(
+                    "thread/tokenUsage/updated",
+                    ThreadTokenUsageUpdatedNotification(
+                        thread_id=tid, turn_id=turn_id, token_usage=usage
+                    ),
+                )
+            case b.RetryableError(error=error):
+                await self._notify(
+                    "error",
+                    ErrorNotification(error=error, will_retry=True, thread_id=tid, turn_id=turn_id),
+                )
+            case b.Warning(message=message):
+                await self._notify("warning", WarningNotification(message=message, thread_id=tid))
+            case _:
+                log.warning("unknown backend event %r", event)
+
+    async def _ensure_open(self, item_id: str, make: Any) -> _OpenItem | None:
+        if item_id in self._completed:
+            log.warning("ignoring a delta for completed item %s", item_id)
+            return None
+        if item_id not in self._open:
+            await self._start(make())
+        return self._open[item_id]
+
+    async def _start(self, item: ThreadItem) -> None:
+        if item.id in self._open or item.id in self._completed:
+            log.warning("ignoring a second start of item %s", item.id)
+            return
+        self._open[item.id] = _OpenItem(item=item)
+        await self._notify(
+            "item/started",
+            ItemStartedNotification(
+                thread_id=self.thread.id, turn_id=self.id, item=item, started_at_ms=_now_ms()
+            ),
+        )
+
+    def _reconcile(self, item: ThreadItem) -> ThreadItem:
+        """Make the completed item agree with the deltas the client already saw."""
+        entry = self._open[item.id]
+        if isinstance(item, (AgentMessageItem, PlanItem)) and entry.text:
+            streamed = "".join(entry.text)
+            if item.text != streamed:
+                if item.text.startswith(streamed):
+                    entry.text.append(item.text[len(streamed) :])  # flushed in _complete
+                else:
+                    log.warning(
+                        "final text of %s differs from its deltas; keeping the deltas", item.id
+                    )
+                    item.text = streamed
+        elif isinstance(item, ReasoningItem):
+            if not item.summary and entry.summary:
+                item.summary = ["".join(entry.summary[k]) for k in sorted(entry.summary)]
+            if not item.content and entry.content:
+                item.content = ["".join(entry.content[k]) for k in sorted(entry.content)]
+        elif (
+            isinstance(item, CommandExecutionItem) and item.aggregated_output is None and entry.text
+        ):
+            item.aggregated_output = "".join(entry.text)
+        return item
+
+    async def _complete(self, item: ThreadItem) -> None:
+        entry = self._open.pop(item.id)
+        if isinstance(item, (AgentMessageItem, PlanItem)):
+            streamed = "".join(entry.text)
+            # Deltas must concatenate to the final text: send what the client has not seen.
+            missing = item.text[len(streamed) :] if item.text.startswith(streamed) else ""
+            if missing and (streamed or item.text):
+                method = (
+                    "item/agentMessage/delta"
+                    if isinstance(item, AgentMessageItem)
+                    else "item/plan/delta"
+                )
+                cls = (
+                    AgentMessageDeltaNotification
+                    if isinstance(item, AgentMessageItem)
+                    else PlanDeltaNotification
+                )
+                await self._notify(
+                    method,
+                    cls(thread_id=self.thread.id, turn_id=self.id, item_id=item.id, delta=missing),
+                )
+        self._completed.add(item.id)
+        completed_at = _now_ms()
+        await self._notify(
+            "item/completed",
+            ItemCompletedNotification(
+                thread_id=self.thread.id, turn_id=self.id, item=item, completed_at_ms=completed_at
+            ),
+        )
+        await self.thread.persist(
+            [
+                ItemEntry(
+                    turn_id=self.id,
+                    item=msgspec.Raw(msgspec.json.encode(item)),
+                    completed_at_ms=completed_at,
+                )
+            ]
+        )
+
+    def _close_in_flight(self, item_id: str, status: TurnStatus) -> ThreadItem:
+        """The final state of an item the backend left open when the turn ended."""
+        entry = self._open[item_id]
+        item = msgspec.structs.replace(entry.item)
+        never_ran = self._approvals.get(item_id) in ("pending", "decline", "cancel")
+        match item:
+            case AgentMessageItem() | PlanItem():
+                item.text = "".join(entry.text)
+            case ReasoningItem():
+                item = self._reconcile(item)
+            case CommandExecutionItem():
+                item.status = "declined" if never_ran else "failed"
+                if entry.text:
+                    item.aggregated_output = "".join(entry.text)
+            case FileChangeItem():
+                item.status = "declined" if never_ran else "failed"
+            case McpToolCallItem():
+                item.status = "failed"
+                item.error = McpToolCallError(message=f"turn {status} before the tool finished")
+            case DynamicToolCallItem():
+                item.status = "failed"
+                item.success = False
+            case _:
+                pass
+        return item
