@@ -29,32 +29,61 @@ environment:
   THREADLINE_APPROVAL_TIMEOUT  seconds before an unanswered approval is declined
   THREADLINE_HOME      state directory (default: the platform's user data dir)
   THREADLINE_LOG_LEVEL, THREADLINE_LOG_FILE   logging (stderr by default)
+  THREADLINE_MAX_REQUEST_BYTES  longest accepted request line in bytes (default 16777216);
+                       a longer line is answered with a -32600 error and skipped
 """
+
+ENV_MAX_REQUEST = "THREADLINE_MAX_REQUEST_BYTES"
+
+
+def _max_request_bytes(default: int) -> int:
+    """The request line cap from THREADLINE_MAX_REQUEST_BYTES (ValueError if malformed)."""
+    raw = os.environ.get(ENV_MAX_REQUEST, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_MAX_REQUEST}={raw!r} is not an integer (bytes)") from None
+    if value <= 0:
+        raise ValueError(f"{ENV_MAX_REQUEST}={raw!r} must be > 0 (bytes)")
+    return value
 
 
 def _setup_logging() -> None:
-    level = os.environ.get("THREADLINE_LOG_LEVEL", "WARNING").upper()
+    raw_level = os.environ.get("THREADLINE_LOG_LEVEL", "WARNING").strip().upper()
+    # Only real level names (or numbers): getattr(logging, name) also found non-levels such as
+    # BASIC_FORMAT, and setLevel() then crashed at start-up.
+    level = logging.getLevelNamesMapping().get(raw_level)
+    if level is None and raw_level.isdigit():
+        level = int(raw_level)
     handler: logging.Handler
     log_file = os.environ.get("THREADLINE_LOG_FILE")
     handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
-    root.setLevel(getattr(logging, level, logging.WARNING))
+    root.setLevel(logging.WARNING if level is None else level)
+    if level is None:
+        logging.getLogger("threadline").warning(
+            "THREADLINE_LOG_LEVEL=%r is not a logging level; using WARNING", raw_level
+        )
 
 
 def _serve() -> int:
     from .backends.registry import create_backends
+    from .rpc.connection import DEFAULT_MAX_REQUEST
     from .server.app import Server, serve_stdio
     from .server.config import ConfigError, ServerConfig
     from .store import ThreadStore
 
     try:
         config = ServerConfig.from_env()
-    except ConfigError as exc:
+        max_request = _max_request_bytes(DEFAULT_MAX_REQUEST)
+    except (ConfigError, ValueError) as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
-    server = Server(config, ThreadStore.from_env(), create_backends())
+    server = Server(config, ThreadStore.from_env(), create_backends(), max_request=max_request)
     trio.run(serve_stdio, server)
     return 0
 

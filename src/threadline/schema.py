@@ -125,6 +125,14 @@ def build_bundle() -> dict[str, Any]:
         "required": ["jsonrpc", "id", "error"],
         "additionalProperties": False,
     }
+    # The answer to a JSON-RPC batch (a request line holding an array) is one line holding an
+    # array of responses; without this, ServerMessage did not describe every line we write.
+    defs["JSONRPCBatchResponse"] = {
+        "description": "The answer to a batch request: one response or error per request.",
+        "type": "array",
+        "minItems": 1,
+        "items": {"anyOf": [_ref("JSONRPCResponse"), _ref("JSONRPCError")]},
+    }
     defs["ServerMessage"] = {
         "description": "Any line threadline writes to stdout.",
         "anyOf": [
@@ -132,6 +140,7 @@ def build_bundle() -> dict[str, Any]:
             _ref("ServerRequest"),
             _ref("JSONRPCResponse"),
             _ref("JSONRPCError"),
+            _ref("JSONRPCBatchResponse"),
         ],
     }
     return {

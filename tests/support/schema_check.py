@@ -42,9 +42,16 @@ def validate_def(def_name: str, value: Any) -> None:
 
 def validate_outbound(message: Any, request_methods: dict[Any, str]) -> None:
     """`request_methods` maps our client request ids to their method, so a response can be
-    checked against that method's result type."""
+    checked against that method's result type. A list is a batch answer: checked as a whole and
+    element by element. (Each branch checks the specific envelope `ServerMessage` would pick;
+    validating against the whole `ServerMessage` anyOf costs ~4x more per message.)"""
+    if isinstance(message, list):
+        validate_def("JSONRPCBatchResponse", message)
+        for element in message:
+            validate_outbound(element, request_methods)
+        return
     if not isinstance(message, dict):
-        raise AssertionError(f"outbound batch/non-object: {message!r}")
+        raise AssertionError(f"outbound non-object: {message!r}")
     assert message.get("jsonrpc") == "2.0", f"missing jsonrpc member: {message!r}"
     if "method" in message and "id" in message:
         validate_def("ServerRequest", message)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import shlex
 import time
@@ -49,7 +50,7 @@ from ..protocol import (
     UnknownAction,
 )
 from . import base as b
-from .process import open_group_process
+from .process import ProcessError, open_group_process
 
 __all__ = ["MockBackend"]
 
@@ -164,7 +165,11 @@ class MockSession(b.BackendSession):
         try:
             seconds = float(arg or "1")
         except ValueError:
-            raise b.BackendError(f"mock: /sleep needs a number of seconds, got {arg!r}") from None
+            seconds = math.nan
+        # Negative or NaN durations made trio.sleep raise ValueError, which surfaced as an
+        # "internal error in the mock backend" instead of a readable turn failure.
+        if math.isnan(seconds) or seconds < 0:
+            raise b.BackendError(f"mock: /sleep needs a number of seconds >= 0, got {arg!r}")
         await trio.sleep(seconds)
 
     async def _do_fail(self, arg: str, ctx: b.TurnContext) -> None:
@@ -196,14 +201,19 @@ class MockSession(b.BackendSession):
             return
         started = time.monotonic()
         output: list[str] = []
-        async with open_group_process(
-            ["sh", "-c", arg], cwd=cwd, env=self.settings.env, name="mock-run"
-        ) as proc:
-            while (line := await proc.read_line()) is not None:
-                chunk = line.decode("utf-8", "replace") + "\n"
-                output.append(chunk)
-                await ctx.emit(b.CommandOutputDelta(item.id, chunk))
-            code = await proc.wait()
+        try:
+            async with open_group_process(
+                ["sh", "-c", arg], cwd=cwd, env=self.settings.env, name="mock-run"
+            ) as proc:
+                while (line := await proc.read_line()) is not None:
+                    chunk = line.decode("utf-8", "replace") + "\n"
+                    output.append(chunk)
+                    await ctx.emit(b.CommandOutputDelta(item.id, chunk))
+                code = await proc.wait()
+        except ProcessError as exc:
+            # e.g. the thread's cwd was removed: a readable turn failure (the runner closes the
+            # item), not an "internal error in the mock backend".
+            raise b.BackendError(f"mock: cannot run the command: {exc}") from exc
         item.aggregated_output = "".join(output)
         item.exit_code = code
         item.duration_ms = int((time.monotonic() - started) * 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Backend
+from .claude import ClaudeBackend
 from .cli_pending import PendingCliBackend
 from .mock import MockBackend
 
@@ -11,7 +12,7 @@ __all__ = ["create_backends"]
 
 def create_backends() -> dict[str, Backend]:
     return {
-        "claude": PendingCliBackend("claude", "claude", "Claude Code", ("stream", "print")),
+        "claude": ClaudeBackend(),
         "codex": PendingCliBackend("codex", "codex", "Codex", ("app-server", "exec")),
         "gemini": PendingCliBackend("gemini", "gemini", "Gemini CLI", ("acp", "headless")),
         "opencode": PendingCliBackend("opencode", "opencode", "OpenCode", ("acp", "run")),

@@ -68,20 +68,32 @@ class Connection:
                 try:
                     line = await reader.receive_line()
                 except LineTooLong as exc:
+                    log.warning("skipped an oversized request line: %s", exc)
                     await self.peer.respond_error(
-                        None, INVALID_REQUEST, f"Invalid request: message too large ({exc})"
+                        None,
+                        INVALID_REQUEST,
+                        f"Invalid request: message too large: {exc}; it was skipped",
+                        {"limit": exc.limit},
                     )
                     continue
                 if line is None:
                     break
-                await self.handle_line(line, nursery)
+                try:
+                    await self.handle_line(line, nursery)
+                except Exception:
+                    # Last line of defence: one bad message must never end the connection.
+                    log.exception("internal error while handling a message")
+                    await self.peer.respond_error(None, INTERNAL_ERROR, "Internal error")
 
     async def handle_line(self, line: bytes, nursery: trio.Nursery) -> None:
         if not line.strip():
             return
         try:
             message = self._decoder.decode(line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+            # msgspec raises UnicodeDecodeError (not DecodeError) for invalid UTF-8 inside a
+            # JSON string, and RecursionError for very deeply nested arrays; uncaught, either
+            # tore down the whole server (silently, with exit 0).
             log.warning("unparsable line (%d bytes): %s", len(line), exc)
             await self.peer.respond_error(None, PARSE_ERROR, f"Parse error: {exc}")
             return
@@ -97,15 +109,29 @@ class Connection:
 
     async def _run_batch(self, messages: list[Any]) -> None:
         responses = []
+        follow_ups: list[Callable[[], Awaitable[None]]] = []
         async with trio.open_nursery() as inner:
             for message in messages:
-                response = await self._handle_message(message, inner, batch=True)
+                response = await self._handle_message(
+                    message, inner, batch=True, follow_ups=follow_ups
+                )
                 if response is not None:
                     responses.append(response)
         if responses:
             await self.peer.send_message(responses)
+        # Follow-ups (e.g. `turn/started`) run only once the batch answer is queued, as for a
+        # single request: a client must see the `turn/start` response before the turn's events.
+        for then in follow_ups:
+            await then()
 
-    async def _handle_message(self, message: Any, nursery: trio.Nursery, *, batch: bool) -> Any:
+    async def _handle_message(
+        self,
+        message: Any,
+        nursery: trio.Nursery,
+        *,
+        batch: bool,
+        follow_ups: list[Callable[[], Awaitable[None]]] | None = None,
+    ) -> Any:
         """Process one message. Returns an immediate response (an error), or None when the
         answer comes later from a handler task (or never, for notifications/responses).
         In a batch the handler runs inline and its response is returned."""
@@ -120,6 +146,17 @@ class Connection:
             result = message.get("result")
             raw = msgspec.Raw(msgspec.json.encode(result)) if "result" in message else msgspec.Raw()
             self.peer.route_response(rid, raw, message.get("error"))
+            return None
+        if method is None and has_id and self.peer.issued(rid):
+            # A response to one of our requests with neither `result` nor `error`: route it as
+            # a malformed answer (the approval router fails closed: decline) instead of
+            # answering the client's response with an error and leaving the request pending.
+            log.warning("response to request %r has neither result nor error", rid)
+            self.peer.route_response(
+                rid,
+                msgspec.Raw(),
+                {"code": INVALID_REQUEST, "message": "response has neither result nor error"},
+            )
             return None
         if has_id and not _valid_id(rid):
             return _Error(
@@ -172,7 +209,7 @@ class Connection:
         except RpcError as exc:
             return _Error(id=rid, error=_ErrorObject(exc.code, exc.message, exc.data))
         if batch:
-            return await self._execute(rid, call, send=False)
+            return await self._execute(rid, call, send=False, follow_ups=follow_ups)
         nursery.start_soon(self._execute, rid, call)
         return None
 
@@ -191,7 +228,13 @@ class Connection:
             return
         nursery.start_soon(self._execute, None, call)
 
-    async def _execute(self, rid: Any, call: PreparedCall, send: bool = True) -> Any:
+    async def _execute(
+        self,
+        rid: Any,
+        call: PreparedCall,
+        send: bool = True,
+        follow_ups: list[Callable[[], Awaitable[None]]] | None = None,
+    ) -> Any:
         then: Callable[[], Awaitable[None]] | None = None
         try:
             result = await call.handler(call.params)
@@ -210,5 +253,8 @@ class Connection:
             await self.peer.send_message(response)
             response = None
         if then is not None:
-            await then()
+            if follow_ups is not None:
+                follow_ups.append(then)
+            else:
+                await then()
         return response

@@ -59,7 +59,13 @@ class Dispatcher:
 
     @staticmethod
     def _make_entry(name: str, params_type: type[Any], handler: AsyncHandler) -> Callable[..., Any]:
-        def entry(slot: _Slot, *args: Any, **kwargs: Any) -> Any:
+        # The slot travels as the first positional argument and is not named in the
+        # signature: a named parameter would collide with a client field of the same name
+        # (`{"slot": 1}` was answered with -32602 "multiple values for argument 'slot'"
+        # instead of the unknown field being ignored).
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            slot: _Slot = args[0]
+            args = args[1:]
             if args:
                 return Error(INVALID_PARAMS, f"Invalid params for {name}: params must be an object")
             try:

@@ -131,6 +131,9 @@ class Peer:
         self._pending[rid] = send
         try:
             await self._send(_Request(id=rid, method=method, params=params))
+            if self._closed:
+                # The outbox broke while sending: no answer can ever come (waiting would hang).
+                raise PeerGone("client disconnected")
             try:
                 return await recv.receive()
             except trio.EndOfChannel:
@@ -140,8 +143,19 @@ class Peer:
             send.close()
             recv.close()
 
+    def issued(self, request_id: Any) -> bool:
+        """Whether `request_id` is one we have sent (pending or not)."""
+        return (
+            isinstance(request_id, int)
+            and not isinstance(request_id, bool)
+            and 0 <= request_id < self._next_id
+        )
+
     def route_response(self, request_id: Any, result: msgspec.Raw, error: Any) -> None:
-        chan = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
+        # We only issue integer ids; bool is excluded because True == 1 would otherwise
+        # resolve request 1 with a client's `{"id": true, ...}`.
+        is_ours = isinstance(request_id, int) and not isinstance(request_id, bool)
+        chan = self._pending.pop(request_id, None) if is_ours else None
         if chan is None:
             log.warning("ignoring a response to unknown request id %r", request_id)
             return

@@ -92,6 +92,10 @@ class Server:
         self._read_scope = trio.CancelScope()
         self._stopping = False
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def stop(self) -> None:
         """Begin a graceful shutdown (as on SIGTERM): stop reading, end turns, exit."""
         self._stopping = True
@@ -176,16 +180,29 @@ async def serve_stdio(server: Server) -> None:
     async with trio.open_nursery() as nursery:
 
         async def watch_signals() -> None:
+            # Keep the receiver until we exit: once it was closed after the first signal, a
+            # second SIGTERM/SIGHUP hit the default action and killed us mid-shutdown, leaving
+            # the CLIs' process groups running as orphans (a second SIGINT raised
+            # KeyboardInterrupt through the cleanup). The shutdown is bounded anyway
+            # (ThreadService.shutdown's grace, then the process groups' kill grace); SIGKILL
+            # remains the way to cut it short.
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
                 async for signum in sigs:
-                    log.info("received %s", signal.Signals(signum).name)
-                    server.stop()
-                    return
+                    name = signal.Signals(signum).name
+                    if not server.stopping:
+                        log.info("received %s", name)
+                        server.stop()
+                    else:
+                        log.warning("received %s again: already shutting down", name)
 
         nursery.start_soon(watch_signals)
         try:
             await server.serve(receive, send)
         finally:
             nursery.cancel_scope.cancel()
-            await receive.aclose()
-            await send.aclose()
+            # Shielded: in the cancelled scope aclose()'s checkpoint raised Cancelled, which
+            # replaced any exception from serve() and was then absorbed by this nursery — a
+            # crash exited silently with status 0 (and `send` was never closed).
+            with trio.CancelScope(shield=True):
+                await receive.aclose()
+                await send.aclose()

@@ -77,6 +77,13 @@ def input_text(items: Sequence[UserInput]) -> str:
     return "\n\n".join(i.text for i in items if isinstance(i, TextInput))
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The leaf exceptions of a (possibly nested) exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
 @dataclass
 class _OpenItem:
     item: ThreadItem
@@ -106,6 +113,10 @@ class _Context:
     async def request_user_input(
         self, item_id: str, questions: Sequence[ToolRequestUserInputQuestion]
     ) -> dict[str, list[str]] | None:
+        if self._run.backend_done:
+            # A stale context (its turn is over): never ask the client on a finished turn.
+            log.warning("question for item %s after its turn ended: unanswered", item_id)
+            return None
         return await self._run.thread.router.ask_user(self._run.id, item_id, questions)
 
     async def set_backend_session_id(self, session_id: str) -> None:
@@ -130,6 +141,12 @@ class TurnRun:
         self._interrupt_requested = False
         self._hard_cancelled = False
         self._timed_out = False
+        # True once the backend's run_turn is over: from then on there is nothing to interrupt
+        # natively (a late native interrupt could hit the CLI's *next* turn).
+        self._backend_done = False
+        # True from the moment the backend's run_turn is called. Before that, an interrupt
+        # has nothing to stop natively (the CLI is not running this turn yet).
+        self._backend_started = False
         self._response_sent = trio.Event()
         self.done = trio.Event()
         self._scope = trio.CancelScope()
@@ -146,6 +163,10 @@ class TurnRun:
     @property
     def finished(self) -> bool:
         return self.done.is_set()
+
+    @property
+    def backend_done(self) -> bool:
+        return self._backend_done
 
     async def run(self) -> None:
         """The turn task (runs in the thread's nursery)."""
@@ -192,6 +213,7 @@ class TurnRun:
                         text=input_text(self.input),
                         bootstrap=thread.pending_bootstrap(),
                     )
+                    self._backend_started = True
                     outcome = await session.run_turn(turn_input, _Context(self))
                     if outcome is not None:
                         status, error = outcome.status, outcome.error
@@ -200,16 +222,37 @@ class TurnRun:
         except b.BackendError as exc:
             status, error = "failed", exc.to_turn_error()
         except Exception as exc:
-            log.exception("backend %s crashed in a turn", thread.backend.id)
-            status = "failed"
-            error = TurnError(
-                message=f"internal error in the {thread.backend.id} backend: {exc}",
-                codex_error_info="other",
-            )
+            # Backends run reader tasks in nurseries, so their errors arrive wrapped in an
+            # ExceptionGroup: report the BackendError inside (its message and error info), or
+            # the actual crash, not "Exceptions from Trio nursery (1 sub-exception)".
+            leaves = _leaves(exc)
+            found = next((e for e in leaves if isinstance(e, b.BackendError)), None)
+            if found is not None:
+                status, error = "failed", found.to_turn_error()
+            else:
+                log.exception("backend %s crashed in a turn", thread.backend.id)
+                cause = next((e for e in leaves if not isinstance(e, trio.Cancelled)), exc)
+                status = "failed"
+                error = TurnError(
+                    message=f"internal error in the {thread.backend.id} backend: {cause}",
+                    codex_error_info="other",
+                )
+        except BaseException:
+            # Cancelled from outside our own scope (the thread or the server is going away
+            # past its grace): trio lets that through `self._scope`. Still close every item
+            # and send exactly one turn/completed, then let the cancellation continue.
+            self._backend_done = True
+            thread.mark_session_unhealthy("turn cancelled by shutdown")
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await self._finish("interrupted", None)
+            raise
+        self._backend_done = True
         if self._timed_out:
             status, error = "failed", TurnError(message="Query timed out", codex_error_info="other")
             thread.mark_session_unhealthy("turn timed out")
-        elif self._hard_cancelled:
+        elif self._hard_cancelled or (self._backend_started and self._scope.cancelled_caught):
+            # (The second case: an interrupt that came before run_turn was called cancels
+            # without `_hard_cancelled`; if run_turn was entered anyway, it was cut off.)
             thread.mark_session_unhealthy("turn was cancelled without a native interrupt")
             if status != "failed":
                 status, error = "interrupted", None
@@ -276,6 +319,17 @@ class TurnRun:
         if self.finished:
             return
         self._interrupt_requested = True
+        if self._backend_done:
+            # The backend already returned and the turn is being finalised: nothing to stop,
+            # and a native interrupt now would reach an idle CLI (or its next turn).
+            return
+        if not self._backend_started:
+            # The turn has not reached the backend (turn/started, session open, ...): a native
+            # interrupt would go to a CLI that is not running it and be lost, costing the whole
+            # grace period plus a needless session restart. Cancelling now is clean: the
+            # session (if any) never saw this turn, so it stays healthy.
+            self._scope.cancel()
+            return
         caps = self.thread.capabilities
         session = self.thread.session
         if native and caps.interrupt and session is not None and self._response_sent.is_set():
@@ -293,6 +347,11 @@ class TurnRun:
     # -- approvals -----------------------------------------------------------------------------
 
     async def request_approval(self, request: b.ApprovalRequest) -> b.ApprovalDecision:
+        if self._backend_done:
+            # A stale context (e.g. a reader task that outlived its turn): fail closed without
+            # sending the client a request for a turn that already completed.
+            log.warning("approval for item %s after its turn ended: declined", request.item_id)
+            return "decline"
         if request.item_id not in self._open:
             log.warning("approval for item %s that was not started", request.item_id)
         self._approvals[request.item_id] = "pending"
@@ -300,13 +359,21 @@ class TurnRun:
         self._approvals[request.item_id] = decision
         if decision == "cancel":
             # Decline, then interrupt the turn (Codex semantics), without blocking the backend
-            # that is waiting for this answer.
+            # that is waiting for this answer. The flag is set here, synchronously: a backend
+            # that returns right after the "cancel" must still end the turn `interrupted`
+            # (the interrupt task may only run after the status was decided).
+            self._interrupt_requested = True
             self.thread.nursery.start_soon(self.interrupt)
         return decision
 
     # -- events → notifications ------------------------------------------------------------------
 
     async def handle_event(self, event: b.BackendEvent) -> None:
+        if self._backend_done:
+            # Events through a stale context (its run_turn is over) would reach the client
+            # after this turn's turn/completed, or break item pairing: drop them.
+            log.warning("dropping %s emitted after turn %s ended", type(event).__name__, self.id)
+            return
         tid, turn_id = self.thread.id, self.id
         match event:
             case b.ItemStarted(item=item):
@@ -316,7 +383,13 @@ class TurnRun:
                     log.warning("ignoring a second completion of item %s", item.id)
                     return
                 if item.id not in self._open:
-                    await self._start(item)
+                    # Completed without being started: announce it first. A message/plan
+                    # starts empty (as in Codex) and its text then goes out as a delta, so a
+                    # client building the text from item/started + deltas gets it once.
+                    started = item
+                    if isinstance(item, (AgentMessageItem, PlanItem)):
+                        started = msgspec.structs.replace(item, text="")
+                    await self._start(started)
                 await self._complete(self._reconcile(item))
             case b.AgentMessageDelta(item_id=iid, delta=delta):
                 entry = await self._ensure_open(iid, lambda: AgentMessageItem(id=iid, text=""))
@@ -453,14 +526,12 @@ class TurnRun:
         entry = self._open[item.id]
         if isinstance(item, (AgentMessageItem, PlanItem)) and entry.text:
             streamed = "".join(entry.text)
-            if item.text != streamed:
-                if item.text.startswith(streamed):
-                    entry.text.append(item.text[len(streamed) :])  # flushed in _complete
-                else:
-                    log.warning(
-                        "final text of %s differs from its deltas; keeping the deltas", item.id
-                    )
-                    item.text = streamed
+            # A final text that extends the deltas keeps its remainder: `_complete` sends it
+            # as one more delta. (Appending it to entry.text here made `_complete` see nothing
+            # missing, so the remainder never reached the client.)
+            if not item.text.startswith(streamed):
+                log.warning("final text of %s differs from its deltas; keeping the deltas", item.id)
+                item.text = streamed
         elif isinstance(item, ReasoningItem):
             if not item.summary and entry.summary:
                 item.summary = ["".join(entry.summary[k]) for k in sorted(entry.summary)]

@@ -1,0 +1,627 @@
+"""Claude Code backend.
+
+Stream mode (default): one long-lived `claude` per thread speaking stream-json both ways, with
+approvals over the control channel (`--permission-prompt-tool stdio`): each `turn/start` writes
+one user message; `can_use_tool` control requests become our approval requests; interrupt is
+the `interrupt` control request, and the same process serves the next turn.
+
+Print mode (`config.mode: "print"`): `claude -p` per turn (prompt on stdin), `--resume` for
+later turns, approvals by policy only, cancel kills the process group.
+
+Facts (claude 2.1.197, reference/claude-code.md): the CLI exits 1 after an interrupted or
+failed last turn, so turn status comes from `result` lines, never from exit codes; a session
+resumes only from its original cwd; `--dangerously-skip-permissions` is refused as root.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import trio
+
+from ..protocol import (
+    BackendCapabilities,
+    Model,
+    ReasoningEffortOption,
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+    ToolRequestUserInputOption,
+    ToolRequestUserInputQuestion,
+)
+from . import base as b
+from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult
+from .cli_pending import cli_version
+from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
+
+__all__ = ["ClaudeBackend"]
+
+log = logging.getLogger("threadline.backend.claude")
+
+_STREAM_CAPS = BackendCapabilities(
+    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=False
+)
+_PRINT_CAPS = BackendCapabilities(
+    approvals=False, interrupt=False, resume=True, deltas=True, reasoning=True, images=False
+)
+_DECLINE_MESSAGE = "The user declined this tool use."
+
+
+def _base_argv(settings: b.SessionSettings, binary: str) -> list[str]:
+    argv = [binary, "--output-format", "stream-json", "--verbose", "--include-partial-messages"]
+    if settings.model and settings.model != "default":
+        argv += ["--model", settings.model]
+    argv += ["--max-turns", str(settings.max_turns)]
+    if settings.allowed_tools:
+        argv += ["--allowedTools", ",".join(settings.allowed_tools)]
+    mode = settings.config.get("permissionMode")
+    if isinstance(mode, str) and mode:
+        argv += ["--permission-mode", mode]
+    if settings.role_prompt:
+        argv += ["--append-system-prompt", settings.role_prompt]
+    return argv
+
+
+def _session_flag(settings: b.SessionSettings) -> tuple[list[str], str | None]:
+    """`--resume=<id>` for a session that already has a transcript, else a fresh
+    `--session-id=<uuid>` (equals form: an id can never be taken for a flag)."""
+    if settings.backend_session_id:
+        return [f"--resume={settings.backend_session_id}"], settings.backend_session_id
+    fresh = str(uuid.uuid4())
+    return [f"--session-id={fresh}"], None
+
+
+def _env(settings: b.SessionSettings) -> dict[str, str]:
+    env = dict(settings.env)
+    env.pop("CLAUDECODE", None)  # set inside a Claude Code session; makes the CLI refuse to nest
+    env["PWD"] = settings.cwd
+    return env
+
+
+def _user_message(turn: b.TurnInput) -> bytes:
+    blocks: list[dict[str, Any]] = []
+    if turn.bootstrap:
+        blocks.append({"type": "text", "text": turn.bootstrap})
+    blocks.append({"type": "text", "text": turn.text})
+    message = {
+        "type": "user",
+        "message": {"role": "user", "content": blocks},
+        "parent_tool_use_id": None,
+    }
+    return json.dumps(message).encode() + b"\n"
+
+
+def _failure_from_exit(proc: GroupProcess, what: str) -> b.BackendError:
+    code = proc.returncode
+    tail = proc.stderr_tail(2000)
+    detail = f" (exit code {code})" if code is not None else ""
+    message = f"claude {what}{detail}"
+    if tail:
+        message += f": {tail}"
+    return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
+
+class _UsageTotals:
+    def __init__(self) -> None:
+        self.total: TokenUsageBreakdown | None = None
+
+    def add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
+        t = self.total
+        if t is None:
+            self.total = last
+        else:
+            self.total = TokenUsageBreakdown(
+                total_tokens=t.total_tokens + last.total_tokens,
+                input_tokens=t.input_tokens + last.input_tokens,
+                cached_input_tokens=t.cached_input_tokens + last.cached_input_tokens,
+                output_tokens=t.output_tokens + last.output_tokens,
+                reasoning_output_tokens=0,
+                cache_write_input_tokens=(t.cache_write_input_tokens or 0)
+                + (last.cache_write_input_tokens or 0),
+            )
+        return ThreadTokenUsage(total=self.total, last=last)
+
+
+async def _finish_turn(
+    result: TurnResult,
+    ctx: b.TurnContext,
+    usage: _UsageTotals,
+) -> b.TurnOutcome:
+    if result.session_id:
+        await ctx.set_backend_session_id(result.session_id)
+    if result.usage is not None:
+        await ctx.emit(b.TokenUsageUpdated(usage.add(result.usage)))
+    return b.TurnOutcome(result.status, result.error)
+
+
+# -- stream mode -----------------------------------------------------------------------------------
+
+
+class ClaudeStreamSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+        self.settings = settings
+        self.binary = binary
+        self.proc: GroupProcess | None = None
+        self._messages_send, self._messages = trio.open_memory_channel[dict[str, Any] | None](
+            10_000
+        )
+        self._write_lock = trio.Lock()
+        self._request_seq = 0
+        self._usage = _UsageTotals()
+        self._in_turn = False
+        self._exited = trio.Event()
+        self._close_stdin = trio.Event()
+
+    # -- process ---------------------------------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        flags, _ = _session_flag(self.settings)
+        return [
+            *_base_argv(self.settings, self.binary),
+            "--input-format",
+            "stream-json",
+            "--permission-prompt-tool",
+            "stdio",
+            *flags,
+        ]
+
+    async def run_process(
+        self,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_group_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=_env(self.settings),
+                stdin="pipe",
+                name="claude",
+                grace=3.0,
+            ) as proc:
+                self.proc = proc
+                task_status.started()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_stdout, proc, nursery.cancel_scope)
+                    await self._write_control({"subtype": "initialize", "hooks": None})
+                    await self._close_stdin.wait()
+                    await proc.close_stdin()
+                    # The CLI flushes its transcript after stdin EOF; give it a moment.
+                    with trio.move_on_after(5):
+                        await proc.wait()
+                    nursery.cancel_scope.cancel()
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        finally:
+            self.healthy = False
+            self._exited.set()
+            self._messages_send.close()
+
+    async def _read_stdout(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
+        decoder = msgspec.json.Decoder()
+        while True:
+            try:
+                line = await proc.read_line()
+            except LineTooLong as exc:
+                log.warning("claude printed an oversized line: %s", exc)
+                continue
+            if line is None:
+                break
+            if not line.startswith(b"{"):
+                log.debug("claude (non-JSON stdout): %s", line[:200])
+                continue
+            try:
+                message = decoder.decode(line)
+            except msgspec.DecodeError:
+                log.warning("claude printed invalid JSON: %s", line[:200])
+                continue
+            if isinstance(message, dict):
+                await self._messages_send.send(message)
+        await proc.wait()
+        await self._messages_send.send(None)  # EOF marker: the CLI is gone
+        scope.cancel()
+
+    async def _write(self, message: dict[str, Any] | bytes) -> None:
+        proc = self.proc
+        if proc is None:
+            raise b.BackendError("claude is not running")
+        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
+        async with self._write_lock:
+            try:
+                await proc.write(data)
+            except ProcessError as exc:
+                self.healthy = False
+                raise _failure_from_exit(proc, f"stopped accepting input ({exc})") from None
+
+    async def _write_control(self, request: dict[str, Any]) -> str:
+        self._request_seq += 1
+        request_id = f"req_{self._request_seq}_threadline"
+        await self._write({"type": "control_request", "request_id": request_id, "request": request})
+        return request_id
+
+    async def close(self) -> None:
+        self._close_stdin.set()
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self._in_turn and not self._exited.is_set():
+            await self._write_control({"subtype": "interrupt"})
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        proc = self.proc
+        if proc is None or self._exited.is_set():
+            raise b.BackendError("claude is not running")
+        # Whatever arrived between turns belongs to no turn.
+        while True:
+            try:
+                leftover = self._messages.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if leftover is None:
+                self.healthy = False
+                raise _failure_from_exit(proc, "exited between turns")
+        mapper = ClaudeTurnMapper(cwd=self.settings.cwd)
+        self._in_turn = True
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()
+        try:
+            await self._write(_user_message(turn))
+            async with trio.open_nursery() as nursery:
+                pending: dict[str, trio.CancelScope] = {}
+                try:
+                    return await self._consume(ctx, mapper, nursery, pending)
+                finally:
+                    for scope in pending.values():
+                        scope.cancel()
+        finally:
+            self._in_turn = False
+
+    async def _consume(
+        self,
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        nursery: trio.Nursery,
+        pending: dict[str, trio.CancelScope],
+    ) -> b.TurnOutcome:
+        assert self.proc is not None
+        while True:
+            try:
+                message = await self._messages.receive()
+            except trio.EndOfChannel:
+                message = None
+            if message is None:
+                self.healthy = False
+                raise _failure_from_exit(self.proc, "exited in the middle of a turn")
+            mtype = message.get("type")
+            if mtype == "result":
+                result = mapper.result(message)
+                return await _finish_turn(result, ctx, self._usage)
+            if mtype == "control_request":
+                request = message.get("request") or {}
+                request_id = str(message.get("request_id"))
+                if request.get("subtype") == "can_use_tool":
+                    scope = trio.CancelScope()
+                    pending[request_id] = scope
+                    nursery.start_soon(
+                        self._permission, ctx, mapper, request_id, request, scope, pending
+                    )
+                else:
+                    await self._write(
+                        {
+                            "type": "control_response",
+                            "response": {
+                                "subtype": "error",
+                                "request_id": request_id,
+                                "error": f"threadline does not handle {request.get('subtype')}",
+                            },
+                        }
+                    )
+                continue
+            if mtype == "control_cancel_request":
+                scope_to_cancel = pending.pop(str(message.get("request_id")), None)
+                if scope_to_cancel is not None:
+                    scope_to_cancel.cancel()
+                continue
+            if mtype == "control_response":
+                continue
+            if mtype == "system" and message.get("subtype") == "init":
+                sid = message.get("session_id")
+                if isinstance(sid, str):
+                    # The transcript exists from now on: later spawns resume it.
+                    await ctx.set_backend_session_id(sid)
+                    self.settings.backend_session_id = sid
+            for event in mapper.feed(message):
+                await ctx.emit(event)
+
+    async def _permission(
+        self,
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        request_id: str,
+        request: dict[str, Any],
+        scope: trio.CancelScope,
+        pending: dict[str, trio.CancelScope],
+    ) -> None:
+        tool = str(request.get("tool_name") or "tool")
+        args = request.get("input") if isinstance(request.get("input"), dict) else {}
+        assert isinstance(args, dict)
+        tool_id = str(request.get("tool_use_id") or request_id)
+        response: dict[str, Any] | None = None
+        with scope:
+            if tool == "AskUserQuestion":
+                response = await self._ask_user(ctx, mapper, tool_id, args)
+            else:
+                response = await self._approve(ctx, mapper, tool, tool_id, args, request)
+        pending.pop(request_id, None)
+        if scope.cancelled_caught or response is None:
+            return  # withdrawn by the CLI (control_cancel_request) or the turn ended
+        await self._write(
+            {
+                "type": "control_response",
+                "response": {"subtype": "success", "request_id": request_id, "response": response},
+            }
+        )
+
+    async def _approve(
+        self,
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        tool: str,
+        tool_id: str,
+        args: dict[str, Any],
+        request: dict[str, Any],
+    ) -> dict[str, Any]:
+        if tool_id not in mapper.tools:
+            item = mapper.item_for_tool(tool_id, tool, args)
+            mapper.tools[tool_id] = item
+            await ctx.emit(b.ItemStarted(item))
+        reason = (
+            request.get("decision_reason") or request.get("title") or request.get("description")
+        )
+        if tool == "Bash":
+            approval = b.ApprovalRequest(
+                kind="command",
+                item_id=tool_id,
+                command=str(args.get("command", "")),
+                cwd=self.settings.cwd,
+                reason=str(reason) if reason else None,
+            )
+        elif tool in EDIT_TOOLS:
+            approval = b.ApprovalRequest(
+                kind="fileChange", item_id=tool_id, reason=str(reason) if reason else None
+            )
+        else:
+            approval = b.ApprovalRequest(
+                kind="tool",
+                item_id=tool_id,
+                tool=tool,
+                arguments=args,
+                reason=str(reason) if reason else None,
+            )
+        decision = await ctx.request_approval(approval)
+        mapper.decisions[tool_id] = decision
+        if decision == "accept":
+            return {"behavior": "allow", "updatedInput": args}
+        if decision == "acceptForSession":
+            if tool == "Bash":
+                update: dict[str, Any] = {
+                    "type": "addRules",
+                    "behavior": "allow",
+                    "destination": "session",
+                    "rules": [{"toolName": "Bash", "ruleContent": str(args.get("command", ""))}],
+                }
+            elif tool in EDIT_TOOLS:
+                update = {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+            else:
+                update = {
+                    "type": "addRules",
+                    "behavior": "allow",
+                    "destination": "session",
+                    "rules": [{"toolName": tool}],
+                }
+            # destination "session" only: never write .claude/settings.local.json into the repo.
+            return {"behavior": "allow", "updatedInput": args, "updatedPermissions": [update]}
+        if decision == "cancel":
+            return {"behavior": "deny", "message": _DECLINE_MESSAGE, "interrupt": True}
+        return {"behavior": "deny", "message": _DECLINE_MESSAGE}
+
+    async def _ask_user(
+        self, ctx: b.TurnContext, mapper: ClaudeTurnMapper, tool_id: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if tool_id not in mapper.tools:
+            item = mapper.item_for_tool(tool_id, "AskUserQuestion", args)
+            mapper.tools[tool_id] = item
+            await ctx.emit(b.ItemStarted(item))
+        raw_questions = [q for q in args.get("questions") or [] if isinstance(q, dict)]
+        questions = []
+        for i, q in enumerate(raw_questions):
+            options = [
+                ToolRequestUserInputOption(
+                    label=str(o.get("label", "")), description=str(o.get("description", ""))
+                )
+                for o in q.get("options") or []
+                if isinstance(o, dict)
+            ]
+            questions.append(
+                ToolRequestUserInputQuestion(
+                    id=f"q{i}",
+                    header=str(q.get("header") or "Question"),
+                    question=str(q.get("question", "")),
+                    options=options or None,
+                )
+            )
+        answers = await ctx.request_user_input(tool_id, questions)
+        if answers is None:
+            mapper.decisions[tool_id] = "decline"
+            return {"behavior": "deny", "message": "The user did not answer."}
+        mapped = {
+            str(q.get("question", "")): ", ".join(answers.get(f"q{i}") or [])
+            for i, q in enumerate(raw_questions)
+        }
+        return {"behavior": "allow", "updatedInput": {**args, "answers": mapped}}
+
+
+# -- print mode ----------------------------------------------------------------------------------
+
+
+class ClaudePrintSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+        self.settings = settings
+        self.binary = binary
+        self._usage = _UsageTotals()
+
+    def argv(self) -> list[str]:
+        flags, _ = _session_flag(self.settings)
+        argv = [*_base_argv(self.settings, self.binary), "-p", *flags]
+        if self.settings.approval_policy == "never":
+            argv += _unattended_flags()
+        return argv
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        mapper = ClaudeTurnMapper(cwd=self.settings.cwd)
+        prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()
+        decoder = msgspec.json.Decoder()
+        try:
+            async with open_group_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=_env(self.settings),
+                stdin="pipe",
+                name="claude -p",
+            ) as proc:
+                await proc.write(prompt.encode())
+                await proc.close_stdin()
+                while True:
+                    try:
+                        line = await proc.read_line()
+                    except LineTooLong:
+                        continue
+                    if line is None:
+                        break
+                    try:
+                        message = decoder.decode(line)
+                    except msgspec.DecodeError:
+                        continue
+                    if not isinstance(message, dict):
+                        continue
+                    if message.get("type") == "system" and message.get("subtype") == "init":
+                        sid = message.get("session_id")
+                        if isinstance(sid, str):
+                            await ctx.set_backend_session_id(sid)
+                            self.settings.backend_session_id = sid
+                    if message.get("type") == "result":
+                        return await _finish_turn(mapper.result(message), ctx, self._usage)
+                    for event in mapper.feed(message):
+                        await ctx.emit(event)
+                await proc.wait()
+                raise _failure_from_exit(proc, "exited without a result")
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+
+
+def _unattended_flags() -> list[str]:
+    # The CLI refuses --dangerously-skip-permissions as root; there, pre-approve the tools.
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return [
+            "--permission-mode",
+            "acceptEdits",
+            "--allowedTools",
+            "Bash,Edit,Write,MultiEdit,NotebookEdit,WebFetch,WebSearch",
+        ]
+    return ["--dangerously-skip-permissions"]
+
+
+# -- backend ---------------------------------------------------------------------------------------
+
+
+class ClaudeBackend(b.Backend):
+    id = "claude"
+    display_name = "Claude Code"
+    modes = ("stream", "print")
+    default_mode = "stream"
+
+    def capabilities(self, mode: str) -> BackendCapabilities:
+        return _PRINT_CAPS if mode == "print" else _STREAM_CAPS
+
+    def _binary(self, settings_or_path: b.SessionSettings | str | None) -> str:
+        if isinstance(settings_or_path, b.SessionSettings):
+            path = settings_or_path.cli_path or "claude"
+            env = settings_or_path.env
+        else:
+            path, env = settings_or_path or "claude", None
+        return resolve_executable(path, env)
+
+    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
+        try:
+            path = self._binary(cli_path)
+        except ProcessError as exc:
+            return b.BackendCheck(available=False, message=str(exc))
+        version = await cli_version(path)
+        env = os.environ
+        creds = (
+            "ANTHROPIC_API_KEY set"
+            if env.get("ANTHROPIC_API_KEY")
+            else "ANTHROPIC_AUTH_TOKEN set"
+            if env.get("ANTHROPIC_AUTH_TOKEN")
+            else "no API key in the environment (a logged-in CLI may still work)"
+        )
+        return b.BackendCheck(
+            available=version is not None,
+            path=path,
+            version=version,
+            credentials=creds,
+            message=None if version else "`claude --version` failed",
+        )
+
+    @asynccontextmanager
+    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        try:
+            binary = self._binary(settings)
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        if settings.mode == "print":
+            yield ClaudePrintSession(settings, binary)
+            return
+        session = ClaudeStreamSession(settings, binary)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run_process)
+            try:
+                yield session
+            finally:
+                await session.close()
+
+    def session(self, settings: b.SessionSettings) -> Any:
+        return self._session(settings)
+
+    def models(self) -> list[Model]:
+        efforts = [
+            ReasoningEffortOption(reasoning_effort=e, description=f"{e} effort")
+            for e in ("low", "medium", "high")
+        ]
+        return [
+            Model(
+                id=f"claude/{m}",
+                model=m,
+                display_name=name,
+                description=desc,
+                hidden=False,
+                is_default=m == "default",
+                default_reasoning_effort="high",
+                supported_reasoning_efforts=efforts,
+            )
+            for m, name, desc in (
+                ("default", "Claude Code default", "The CLI's configured default model"),
+                ("opus", "Claude Opus", "Alias resolved by the claude CLI"),
+                ("sonnet", "Claude Sonnet", "Alias resolved by the claude CLI"),
+                ("haiku", "Claude Haiku", "Alias resolved by the claude CLI"),
+            )
+        ]

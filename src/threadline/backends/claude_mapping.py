@@ -1,0 +1,485 @@
+"""Claude Code stream-json → normalized backend events (pure; no I/O but reading the file a
+Write/Edit is about to change, to show its diff).
+
+One `ClaudeTurnMapper` per turn. Feed it every stdout message of the turn; it returns the
+events to emit. Facts behind the mapping (measured on claude 2.1.197):
+- with `--include-partial-messages`, `stream_event` carries the raw API SSE events; an
+  `assistant` message arrives per content block, right before that block's
+  `content_block_stop`, and is authoritative for the block's content;
+- tool results come back in `user` messages (`tool_result` blocks + `tool_use_result`);
+  Bash has no exit code field: a failure's content starts with `Exit code N`;
+- an API failure produces a synthetic assistant message (`model: "<synthetic>"`) whose text is
+  the error: it is reported as the turn's error, not as an agent message;
+- every turn ends with exactly one `result`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..protocol import (
+    AgentMessageItem,
+    CommandExecutionItem,
+    DynamicToolCallItem,
+    FileChangeItem,
+    FileUpdateChange,
+    McpToolCallError,
+    McpToolCallItem,
+    McpToolCallResult,
+    PatchKindAdd,
+    PatchKindUpdate,
+    ReasoningItem,
+    ThreadItem,
+    TokenUsageBreakdown,
+    ToolOutputText,
+    TurnError,
+    TurnPlanStep,
+    UnknownAction,
+    WebSearchActionSearch,
+    WebSearchItem,
+)
+from . import base as b
+
+__all__ = [
+    "EDIT_TOOLS",
+    "ClaudeTurnMapper",
+    "TurnResult",
+    "error_info_for_status",
+    "structured_patch_diff",
+]
+
+EDIT_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+_EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (\d+)")
+_TODO_STATUS: dict[str, Literal["pending", "inProgress", "completed"]] = {
+    "pending": "pending",
+    "in_progress": "inProgress",
+    "completed": "completed",
+}
+
+
+def error_info_for_status(status: Any, error: Any = None) -> str:
+    """Codex error info for an Anthropic API failure (HTTP status or the CLI's error kind)."""
+    if status in (401, 403) or error == "authentication_failed":
+        return "unauthorized"
+    if status == 429 or error == "rate_limit":
+        return "rateLimitExceeded"
+    if status == 400 or error == "invalid_request":
+        return "badRequest"
+    if status == 529 or error == "overloaded":
+        return "serverOverloaded"
+    if isinstance(status, int) and status >= 500:
+        return "internalServerError"
+    if error == "billing_error":
+        return "usageLimitExceeded"
+    return "other"
+
+
+def structured_patch_diff(path: str, hunks: Any, *, created: bool = False) -> str | None:
+    """Claude's `structuredPatch` hunks → a unified diff (None if there is nothing usable)."""
+    if not isinstance(hunks, list) or not hunks:
+        return None
+    out = [
+        f"--- {'/dev/null' if created else 'a/' + path.lstrip('/')}\n",
+        f"+++ b/{path.lstrip('/')}\n",
+    ]
+    for h in hunks:
+        if not isinstance(h, dict):
+            return None
+        out.append(
+            f"@@ -{h.get('oldStart', 0)},{h.get('oldLines', 0)} "
+            f"+{h.get('newStart', 0)},{h.get('newLines', 0)} @@\n"
+        )
+        out.extend(f"{line}\n" for line in h.get("lines", []) if isinstance(line, str))
+    return "".join(out)
+
+
+def _unified(path: str, old: str | None, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile="/dev/null" if old is None else f"a/{path.lstrip('/')}",
+            tofile=f"b/{path.lstrip('/')}",
+        )
+    )
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def proposed_change(tool: str, args: dict[str, Any], cwd: str) -> FileUpdateChange:
+    """The change a Write/Edit/MultiEdit/NotebookEdit call proposes, diffed against the file
+    as it is now (so the approval shows what will change)."""
+    raw_path = str(args.get("file_path") or args.get("notebook_path") or "")
+    path = raw_path if os.path.isabs(raw_path) else os.path.join(cwd, raw_path)
+    old = _read_text(path)
+    if tool == "Write":
+        new = str(args.get("content", ""))
+    elif tool == "Edit":
+        new = _apply_edit(old or "", args)
+    elif tool == "MultiEdit":
+        new = old or ""
+        for edit in args.get("edits") or []:
+            if isinstance(edit, dict):
+                new = _apply_edit(new, edit)
+    else:  # NotebookEdit: cell-level; show the new source as the change
+        new = str(args.get("new_source", ""))
+        return FileUpdateChange(path=path, kind=PatchKindUpdate(), diff=new)
+    kind = PatchKindAdd() if old is None else PatchKindUpdate()
+    return FileUpdateChange(path=path, kind=kind, diff=_unified(path, old, new))
+
+
+def _apply_edit(text: str, edit: dict[str, Any]) -> str:
+    old_s, new_s = str(edit.get("old_string", "")), str(edit.get("new_string", ""))
+    if not old_s:
+        return text
+    return text.replace(old_s, new_s) if edit.get("replace_all") else text.replace(old_s, new_s, 1)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+        return "\n".join(parts)
+    return ""
+
+
+def usage_breakdown(usage: Any) -> TokenUsageBreakdown | None:
+    if not isinstance(usage, dict):
+        return None
+
+    def n(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) else 0
+
+    cached = n("cache_read_input_tokens")
+    written = n("cache_creation_input_tokens")
+    inp = n("input_tokens") + cached + written
+    out = n("output_tokens")
+    return TokenUsageBreakdown(
+        total_tokens=inp + out,
+        input_tokens=inp,
+        cached_input_tokens=cached,
+        output_tokens=out,
+        reasoning_output_tokens=0,
+        cache_write_input_tokens=written,
+    )
+
+
+@dataclass
+class TurnResult:
+    status: Literal["completed", "interrupted", "failed"]
+    error: TurnError | None
+    usage: TokenUsageBreakdown | None
+    session_id: str | None
+
+
+@dataclass
+class _Block:
+    item_id: str
+    kind: str  # text | thinking | tool_use | other
+
+
+@dataclass
+class ClaudeTurnMapper:
+    cwd: str
+    backend_id: str = "claude"
+    #: tool_use_id → item (started, waiting for its tool_result)
+    tools: dict[str, ThreadItem] = field(default_factory=dict)
+    #: tool_use_id → our approval decision ("decline"/"cancel" → the item is declined)
+    decisions: dict[str, str] = field(default_factory=dict)
+    session_id: str | None = None
+    _blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
+    _msg_id: str | None = None
+    _open_index: int | None = None
+    _synthetic_error: str | None = None
+    _synthetic_kind: Any = None
+    _plan_tools: set[str] = field(default_factory=set)
+
+    def feed(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
+        kind = msg.get("type")
+        if isinstance(msg.get("session_id"), str) and msg.get("session_id") != "default":
+            self.session_id = msg["session_id"]
+        if msg.get("parent_tool_use_id"):
+            return []  # a sub-agent's own traffic: its Task tool item covers it
+        if kind == "stream_event":
+            return self._stream_event(msg.get("event") or {})
+        if kind == "assistant":
+            return self._assistant(msg)
+        if kind == "user":
+            return self._user(msg)
+        if kind == "system":
+            return self._system(msg)
+        return []
+
+    # -- partial messages ------------------------------------------------------------------------
+
+    def _stream_event(self, ev: dict[str, Any]) -> list[b.BackendEvent]:
+        etype = ev.get("type")
+        if etype == "message_start":
+            message = ev.get("message") or {}
+            self._msg_id = str(message.get("id") or "msg")
+            return []
+        index = ev.get("index")
+        if not isinstance(index, int) or self._msg_id is None:
+            return []
+        key = (self._msg_id, index)
+        if etype == "content_block_start":
+            block = ev.get("content_block") or {}
+            btype = block.get("type")
+            self._open_index = index
+            item_id = f"{self._msg_id}-{index}"
+            if btype == "text":
+                self._blocks[key] = _Block(item_id, "text")
+                return [b.ItemStarted(AgentMessageItem(id=item_id, text=""))]
+            if btype in ("thinking", "redacted_thinking"):
+                self._blocks[key] = _Block(item_id, "thinking")
+                return [
+                    b.ItemStarted(ReasoningItem(id=item_id)),
+                    b.ReasoningSummaryPartAdded(item_id, 0),
+                ]
+            self._blocks[key] = _Block(str(block.get("id") or item_id), "other")
+            return []
+        if etype == "content_block_delta":
+            blk = self._blocks.get(key)
+            delta = ev.get("delta") or {}
+            if blk is None:
+                return []
+            if delta.get("type") == "text_delta" and blk.kind == "text":
+                return [b.AgentMessageDelta(blk.item_id, str(delta.get("text", "")))]
+            if delta.get("type") == "thinking_delta" and blk.kind == "thinking":
+                return [b.ReasoningSummaryDelta(blk.item_id, str(delta.get("thinking", "")), 0)]
+            return []
+        if etype == "content_block_stop":
+            self._open_index = None
+        return []
+
+    # -- complete blocks -----------------------------------------------------------------------
+
+    def _assistant(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
+        message = msg.get("message") or {}
+        content = message.get("content") or []
+        msg_id = str(message.get("id") or msg.get("uuid") or "msg")
+        if message.get("model") == "<synthetic>" or msg.get("error"):
+            self._synthetic_error = _text_of(content) or str(msg.get("error") or "API error")
+            self._synthetic_kind = msg.get("error")
+            return []
+        events: list[b.BackendEvent] = []
+        for offset, block in enumerate(content):
+            if not isinstance(block, dict):
+                continue
+            btype = block.get("type")
+            index = self._open_index if self._open_index is not None else offset
+            known = self._blocks.get((msg_id, index))
+            fallback_id = f"{msg_id}-{index}" if len(content) == 1 else f"{msg_id}-b{offset}"
+            item_id = known.item_id if known and known.kind != "other" else fallback_id
+            if btype == "text":
+                events.append(
+                    b.ItemCompleted(AgentMessageItem(id=item_id, text=str(block.get("text", ""))))
+                )
+            elif btype in ("thinking", "redacted_thinking"):
+                text = str(block.get("thinking", ""))
+                events.append(
+                    b.ItemCompleted(ReasoningItem(id=item_id, summary=[text] if text else []))
+                )
+            elif btype in ("tool_use", "server_tool_use"):
+                events.extend(self._tool_use(block))
+        return events
+
+    def _tool_use(self, block: dict[str, Any]) -> list[b.BackendEvent]:
+        tool_id = str(block.get("id") or "")
+        name = str(block.get("name") or "tool")
+        args = block.get("input") if isinstance(block.get("input"), dict) else {}
+        assert isinstance(args, dict)
+        if tool_id in self.tools:
+            return []
+        if name == "TodoWrite":
+            self._plan_tools.add(tool_id)
+            steps = []
+            for todo in args.get("todos") or []:
+                if isinstance(todo, dict):
+                    steps.append(
+                        TurnPlanStep(
+                            step=str(todo.get("content") or todo.get("activeForm") or ""),
+                            status=_TODO_STATUS.get(str(todo.get("status")), "pending"),
+                        )
+                    )
+            return [b.PlanUpdated(steps)]
+        item = self.item_for_tool(tool_id, name, args)
+        self.tools[tool_id] = item
+        return [b.ItemStarted(item)]
+
+    def item_for_tool(self, tool_id: str, name: str, args: dict[str, Any]) -> ThreadItem:
+        if name == "Bash":
+            command = str(args.get("command", ""))
+            return CommandExecutionItem(
+                id=tool_id,
+                command=command,
+                cwd=self.cwd,
+                status="inProgress",
+                command_actions=[UnknownAction(command=command)],
+            )
+        if name in EDIT_TOOLS:
+            return FileChangeItem(
+                id=tool_id, status="inProgress", changes=[proposed_change(name, args, self.cwd)]
+            )
+        if name.startswith("mcp__"):
+            _, server, tool = [*name.split("__", 2), "", ""][:3]
+            return McpToolCallItem(
+                id=tool_id, server=server, tool=tool or name, arguments=args, status="inProgress"
+            )
+        if name in ("WebSearch", "web_search"):
+            query = str(args.get("query", ""))
+            return WebSearchItem(id=tool_id, query=query, action=WebSearchActionSearch(query=query))
+        return DynamicToolCallItem(
+            id=tool_id, tool=name, arguments=args, status="inProgress", namespace=self.backend_id
+        )
+
+    # -- tool results ------------------------------------------------------------------------------
+
+    def _user(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
+        content = (msg.get("message") or {}).get("content")
+        if not isinstance(content, list):
+            return []
+        structured = msg.get("tool_use_result")
+        events: list[b.BackendEvent] = []
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            tool_id = str(block.get("tool_use_id") or "")
+            if tool_id in self._plan_tools:
+                continue
+            item = self.tools.pop(tool_id, None)
+            if item is None:
+                continue
+            is_error = bool(block.get("is_error"))
+            declined = self.decisions.get(tool_id) in ("decline", "cancel")
+            events.append(
+                b.ItemCompleted(
+                    self._complete(item, block.get("content"), structured, is_error, declined)
+                )
+            )
+        return events
+
+    def _complete(
+        self, item: ThreadItem, content: Any, structured: Any, is_error: bool, declined: bool
+    ) -> ThreadItem:
+        text = _text_of(content)
+        if isinstance(item, CommandExecutionItem):
+            if declined:
+                item.status = "declined"
+                return item
+            if isinstance(structured, dict) and not is_error:
+                out = str(structured.get("stdout", ""))
+                err = str(structured.get("stderr", ""))
+                item.aggregated_output = out + (("\n" if out and err else "") + err if err else "")
+                item.exit_code = 0
+                item.status = "completed"
+            else:
+                match = _EXIT_CODE.match(text)
+                item.exit_code = int(match.group(1)) if match else None
+                item.aggregated_output = (
+                    _EXIT_CODE.sub("", text, count=1).lstrip("\n") if match else text
+                )
+                item.status = "failed" if is_error else "completed"
+                if not is_error and item.exit_code is None:
+                    item.exit_code = 0
+            return item
+        if isinstance(item, FileChangeItem):
+            if declined:
+                item.status = "declined"
+                return item
+            item.status = "failed" if is_error else "completed"
+            if isinstance(structured, dict) and not is_error and item.changes:
+                change = item.changes[0]
+                created = structured.get("type") == "create"
+                diff = structured_patch_diff(change.path, structured.get("structuredPatch"))
+                if created:
+                    new = str(structured.get("content", ""))
+                    change.kind = PatchKindAdd()
+                    change.diff = _unified(change.path, None, new)
+                elif diff:
+                    change.diff = diff
+            return item
+        if isinstance(item, McpToolCallItem):
+            if is_error or declined:
+                item.status = "failed"
+                item.error = McpToolCallError(message=text or "tool failed")
+            else:
+                item.status = "completed"
+                blocks = content if isinstance(content, list) else [{"type": "text", "text": text}]
+                item.result = McpToolCallResult(content=blocks)
+            return item
+        if isinstance(item, DynamicToolCallItem):
+            item.status = "failed" if is_error or declined else "completed"
+            item.success = not (is_error or declined)
+            item.content_items = [ToolOutputText(text=text)] if text else []
+            return item
+        return item
+
+    # -- system and result ----------------------------------------------------------------------
+
+    def _system(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
+        sub = msg.get("subtype")
+        if sub == "api_retry":
+            status = msg.get("error_status")
+            attempt, limit = msg.get("attempt"), msg.get("max_retries")
+            return [
+                b.RetryableError(
+                    TurnError(
+                        message=f"API request failed ({status or msg.get('error') or 'network'}); "
+                        f"retrying (attempt {attempt} of {limit})",
+                        codex_error_info=error_info_for_status(status, msg.get("error")),
+                    )
+                )
+            ]
+        if sub == "compact_boundary":
+            from ..protocol import ContextCompactionItem
+
+            item = ContextCompactionItem(id=str(msg.get("uuid") or "compaction"))
+            return [b.ItemStarted(item), b.ItemCompleted(item)]
+        return []
+
+    def result(self, msg: dict[str, Any]) -> TurnResult:
+        usage = usage_breakdown(msg.get("usage"))
+        session_id = msg.get("session_id") if isinstance(msg.get("session_id"), str) else None
+        if not msg.get("is_error"):
+            return TurnResult("completed", None, usage, session_id)
+        if msg.get("terminal_reason") in ("aborted_streaming", "aborted_tools"):
+            return TurnResult("interrupted", None, usage, session_id)
+        status = msg.get("api_error_status")
+        errors = [
+            e
+            for e in (msg.get("errors") or [])
+            if isinstance(e, str) and not e.startswith("[ede_diagnostic]")
+        ]
+        text = msg.get("result") if isinstance(msg.get("result"), str) else None
+        message = (
+            "; ".join(errors)
+            or text
+            or self._synthetic_error
+            or (f"claude reported {msg.get('subtype') or 'an error'}")
+        )
+        return TurnResult(
+            "failed",
+            TurnError(
+                message=message,
+                codex_error_info=error_info_for_status(status, self._synthetic_kind),
+                additional_details=f"HTTP {status}" if status else None,
+            ),
+            usage,
+            session_id,
+        )
