@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -100,7 +101,16 @@ def _user_message(turn: b.TurnInput) -> bytes:
 def _failure_from_exit(proc: GroupProcess, what: str) -> b.BackendError:
     code = proc.returncode
     tail = proc.stderr_tail(2000)
-    detail = f" (exit code {code})" if code is not None else ""
+    if code is not None and code < 0:
+        # A negative status is a signal (kill -9, the OOM killer): say which, in words a user
+        # understands, instead of a bare "exit code -9".
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        detail = f" (killed by {name})"
+    else:
+        detail = f" (exit code {code})" if code is not None else ""
     message = f"claude {what}{detail}"
     if tail:
         message += f": {tail}"
@@ -291,6 +301,7 @@ class ClaudeStreamSession(b.BackendSession):
         pending: dict[str, trio.CancelScope],
     ) -> b.TurnOutcome:
         assert self.proc is not None
+        pending_tools: dict[str, str] = {}  # control request id -> tool_use_id
         while True:
             try:
                 message = await self._messages.receive()
@@ -309,6 +320,7 @@ class ClaudeStreamSession(b.BackendSession):
                 if request.get("subtype") == "can_use_tool":
                     scope = trio.CancelScope()
                     pending[request_id] = scope
+                    pending_tools[request_id] = str(request.get("tool_use_id") or request_id)
                     nursery.start_soon(
                         self._permission, ctx, mapper, request_id, request, scope, pending
                     )
@@ -325,9 +337,17 @@ class ClaudeStreamSession(b.BackendSession):
                     )
                 continue
             if mtype == "control_cancel_request":
-                scope_to_cancel = pending.pop(str(message.get("request_id")), None)
+                withdrawn = str(message.get("request_id"))
+                scope_to_cancel = pending.pop(withdrawn, None)
                 if scope_to_cancel is not None:
                     scope_to_cancel.cancel()
+                    # The CLI withdrew an unanswered approval (interrupt): the tool never ran.
+                    # Record that now, synchronously: the synthetic is_error tool_result that
+                    # follows must complete the item as `declined`, not `failed`, and the
+                    # permission task may only notice its cancellation after that.
+                    tool_id = pending_tools.get(withdrawn)
+                    if tool_id is not None:
+                        mapper.decisions.setdefault(tool_id, "cancel")
                 continue
             if mtype == "control_response":
                 continue
