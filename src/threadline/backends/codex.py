@@ -1,0 +1,805 @@
+"""Codex backend.
+
+App-server mode (default): one `codex app-server` child per thread, driven over its own
+JSON-RPC (which is also ours): our thread ↔ its thread, our turn ↔ its turn. Its notifications
+become normalized events (the engine re-applies every invariant, e.g. it closes the items
+Codex leaves open on interrupt); its approval requests go through our approval router. One
+child per thread rather than one per server: a crash or a hung turn stays confined to its
+thread, cancel and resume map 1:1, and the start-up (~0.2-0.5 s) is paid at `thread/start`
+(pre-warm), not on a turn. The price is memory per open thread.
+
+Exec mode (`config.mode: "exec"`): `codex exec --json` per turn (`exec resume <id>` later),
+prompt on stdin then EOF (exec blocks until stdin closes), no approvals: policy only via the
+sandbox flags; cancel kills the process group.
+
+Facts (codex 0.169.0, reference/codex-runtime.md): Codex retries an unreachable provider
+forever unless `unbounded_connection_retries` is disabled; an interrupted app-server turn keeps
+its running command alive (we restart the child after such an interrupt); resume does not keep
+the sandbox or approval policy (we send them again).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import msgspec
+import trio
+
+from ..protocol import (
+    AgentMessageItem,
+    BackendCapabilities,
+    CommandExecutionItem,
+    FileChangeItem,
+    FileUpdateChange,
+    McpToolCallError,
+    McpToolCallItem,
+    McpToolCallResult,
+    Model,
+    PatchKindAdd,
+    PatchKindDelete,
+    PatchKindUpdate,
+    ReasoningEffortOption,
+    ReasoningItem,
+    ThreadItem,
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+    ToolRequestUserInputQuestion,
+    TurnError,
+    TurnPlanStep,
+    UnknownAction,
+    UserMessageItem,
+    WebSearchActionSearch,
+    WebSearchItem,
+)
+from . import base as b
+from .cli_pending import cli_version
+from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
+
+__all__ = ["CodexBackend"]
+
+log = logging.getLogger("threadline.backend.codex")
+
+_APP_CAPS = BackendCapabilities(
+    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=True
+)
+_EXEC_CAPS = BackendCapabilities(
+    approvals=False, interrupt=False, resume=True, deltas=False, reasoning=True, images=False
+)
+_ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
+_USAGE_DECODER = msgspec.json.Decoder(ThreadTokenUsage)
+_ERROR_DECODER = msgspec.json.Decoder(TurnError)
+_STEP_DECODER = msgspec.json.Decoder(list[TurnPlanStep])
+#: Flags for every Codex invocation: bounded retries (never hang on an unreachable provider).
+_COMMON_FLAGS = ("--disable", "unbounded_connection_retries")
+
+
+def _config_flags(settings: b.SessionSettings) -> list[str]:
+    """`config.codexConfig` {key: value} → `-c key=<TOML value>` overrides."""
+    extra = settings.config.get("codexConfig")
+    flags: list[str] = []
+    if isinstance(extra, dict):
+        for key, value in extra.items():
+            flags += ["-c", f"{key}={json.dumps(value)}"]
+    return flags
+
+
+def _env(settings: b.SessionSettings) -> dict[str, str]:
+    env = dict(settings.env)
+    env["PWD"] = settings.cwd
+    return env
+
+
+def _convert(raw: Any, decoder: msgspec.json.Decoder[Any]) -> Any:
+    try:
+        return decoder.decode(msgspec.json.encode(raw))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+def _exit_error(proc: GroupProcess | None, what: str) -> b.BackendError:
+    tail = proc.stderr_tail(2000) if proc is not None else ""
+    code = proc.returncode if proc is not None else None
+    message = f"codex {what}" + (f" (exit code {code})" if code is not None else "")
+    if tail:
+        message += f": {tail}"
+    return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
+
+# -- app-server mode ---------------------------------------------------------------------------
+
+
+class _RpcFailure(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", error)))
+        self.error = error
+
+
+class CodexAppServerSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+        self.settings = settings
+        self.binary = binary
+        self.proc: GroupProcess | None = None
+        self.codex_thread_id: str | None = None
+        self._next_id = 1
+        self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._events_send, self._events = trio.open_memory_channel[dict[str, Any] | None](10_000)
+        self._write_lock = trio.Lock()
+        self._exited = trio.Event()
+        self._turn_id: str | None = None
+        self._closing = trio.Event()
+
+    def argv(self) -> list[str]:
+        return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
+
+    # -- process and JSON-RPC plumbing --------------------------------------------------------
+
+    async def run_process(
+        self,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_group_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=_env(self.settings),
+                stdin="pipe",
+                name="codex app-server",
+                grace=3.0,
+            ) as proc:
+                self.proc = proc
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read, proc, nursery.cancel_scope)
+                    await self._handshake()
+                    task_status.started()
+                    await self._closing.wait()
+                    await proc.close_stdin()  # app-server exits 0 on stdin EOF
+                    with trio.move_on_after(3):
+                        await proc.wait()
+                    nursery.cancel_scope.cancel()
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        finally:
+            self.healthy = False
+            self._exited.set()
+            self._events_send.close()
+            for chan in self._pending.values():
+                chan.close()
+
+    async def _read(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
+        decoder = msgspec.json.Decoder()
+        while True:
+            try:
+                line = await proc.read_line()
+            except LineTooLong as exc:
+                log.warning("codex printed an oversized line: %s", exc)
+                continue
+            if line is None:
+                break
+            try:
+                msg = decoder.decode(line)
+            except msgspec.DecodeError:
+                log.warning("codex printed invalid JSON: %s", line[:200])
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "method" not in msg and "id" in msg:
+                chan = self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+                if chan is not None:
+                    chan.send_nowait(msg)
+                continue
+            await self._events_send.send(msg)
+        await proc.wait()
+        self.healthy = False
+        await self._events_send.send(None)
+        for chan in self._pending.values():
+            chan.close()
+        self._pending.clear()
+        scope.cancel()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        proc = self.proc
+        if proc is None or self._exited.is_set():
+            raise _exit_error(proc, "is not running")
+        async with self._write_lock:
+            try:
+                await proc.write(json.dumps(message).encode() + b"\n")
+            except ProcessError:
+                self.healthy = False
+                raise _exit_error(proc, "stopped accepting input") from None
+
+    async def request(self, method: str, params: Any, timeout: float = 60) -> Any:
+        rid = self._next_id
+        self._next_id += 1
+        send, recv = trio.open_memory_channel[dict[str, Any]](1)
+        self._pending[rid] = send
+        try:
+            await self._send({"id": rid, "method": method, "params": params})
+            with trio.fail_after(timeout):
+                try:
+                    response = await recv.receive()
+                except trio.EndOfChannel:
+                    raise _exit_error(self.proc, f"exited while answering {method}") from None
+        except trio.TooSlowError:
+            raise b.BackendError(
+                f"codex did not answer {method} within {timeout:.0f} s", codex_error_info="other"
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+        if "error" in response:
+            raise _RpcFailure(response["error"] if isinstance(response["error"], dict) else {})
+        return response.get("result")
+
+    async def _handshake(self) -> None:
+        await self.request(
+            "initialize",
+            {
+                "clientInfo": {"name": "threadline", "title": "threadline", "version": "1"},
+                "capabilities": {"experimentalApi": False},
+            },
+        )
+        await self._send({"method": "initialized"})
+        params: dict[str, Any] = {
+            "cwd": self.settings.cwd,
+            "approvalPolicy": self.settings.approval_policy,
+        }
+        if self.settings.model and self.settings.model != "default":
+            params["model"] = self.settings.model
+        if self.settings.sandbox:
+            params["sandbox"] = self.settings.sandbox
+        if self.settings.developer_instructions:
+            params["developerInstructions"] = self.settings.developer_instructions
+        if self.settings.base_instructions:
+            params["baseInstructions"] = self.settings.base_instructions
+        try:
+            if self.settings.backend_session_id:
+                # Codex does not keep sandbox/approval policy across resume: send them again.
+                result = await self.request(
+                    "thread/resume",
+                    {**params, "threadId": self.settings.backend_session_id, "excludeTurns": True},
+                )
+            else:
+                result = await self.request("thread/start", params)
+        except _RpcFailure as exc:
+            raise b.BackendError(
+                f"codex refused to open the thread: {exc}", codex_error_info="other"
+            ) from None
+        thread = (result or {}).get("thread") or {}
+        self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
+
+    def close(self) -> None:
+        self._closing.set()
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self._turn_id is None or self.codex_thread_id is None or self._exited.is_set():
+            return
+        try:
+            await self.request(
+                "turn/interrupt",
+                {"threadId": self.codex_thread_id, "turnId": self._turn_id},
+                timeout=10,
+            )
+        except _RpcFailure as exc:
+            log.info("codex turn/interrupt: %s", exc)
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if self.codex_thread_id is None or self._exited.is_set():
+            raise _exit_error(self.proc, "is not running")
+        # The thread is this child's only thread; drop what arrived between turns.
+        while True:
+            try:
+                stale = self._events.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if stale is None:
+                raise _exit_error(self.proc, "exited between turns")
+        await ctx.set_backend_session_id(self.codex_thread_id)
+        if turn.bootstrap:
+            # Codex takes the role natively as developer instructions (thread/start).
+            await ctx.mark_role_bootstrap_applied()
+        try:
+            result = await self.request(
+                "turn/start",
+                {
+                    "threadId": self.codex_thread_id,
+                    "input": [msgspec.to_builtins(i) for i in turn.input],
+                },
+            )
+        except _RpcFailure as exc:
+            raise b.BackendError(
+                f"codex rejected the turn: {exc}", codex_error_info="other"
+            ) from None
+        self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
+        in_flight_commands: set[str] = set()
+        final_error: TurnError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    msg = await self._next_event()
+                    if "id" in msg and "method" in msg:
+                        nursery.start_soon(self._server_request, msg, ctx)
+                        continue
+                    method = msg.get("method")
+                    params = msg.get("params") or {}
+                    if params.get("threadId") not in (None, self.codex_thread_id):
+                        continue
+                    if params.get("turnId") not in (None, self._turn_id) and method != "error":
+                        continue
+                    if method == "turn/completed":
+                        outcome = self._outcome(params.get("turn") or {}, final_error)
+                        if outcome.status == "interrupted" and in_flight_commands:
+                            # Codex leaves an interrupted command running: restart the child
+                            # (its process group dies) and resume the thread next turn.
+                            self.healthy = False
+                        nursery.cancel_scope.cancel()
+                        return outcome
+                    if method == "error":
+                        err = _convert(params.get("error"), _ERROR_DECODER)
+                        if err is None:
+                            continue
+                        if params.get("willRetry"):
+                            await ctx.emit(b.RetryableError(err))
+                        else:
+                            final_error = err
+                        continue
+                    await self._translate(method, params, ctx, in_flight_commands)
+        finally:
+            self._turn_id = None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _next_event(self) -> dict[str, Any]:
+        try:
+            msg = await self._events.receive()
+        except trio.EndOfChannel:
+            msg = None
+        if msg is None:
+            self.healthy = False
+            raise _exit_error(self.proc, "exited in the middle of a turn")
+        return msg
+
+    def _outcome(self, turn: dict[str, Any], final_error: TurnError | None) -> b.TurnOutcome:
+        status = turn.get("status")
+        if status == "completed":
+            return b.TurnOutcome("completed")
+        if status == "interrupted":
+            return b.TurnOutcome("interrupted")
+        error = _convert(turn.get("error"), _ERROR_DECODER) or final_error
+        return b.TurnOutcome(
+            "failed",
+            error or TurnError(message="codex reported a failed turn", codex_error_info="other"),
+        )
+
+    async def _translate(
+        self, method: Any, params: dict[str, Any], ctx: b.TurnContext, in_flight: set[str]
+    ) -> None:
+        item_id = str(params.get("itemId") or "")
+        match method:
+            case "item/started" | "item/completed":
+                item = _convert(params.get("item"), _ITEM_DECODER)
+                if item is None:
+                    log.info(
+                        "skipping a codex item this protocol does not model: %s",
+                        (params.get("item") or {}).get("type"),
+                    )
+                    return
+                if isinstance(item, UserMessageItem):
+                    return  # the engine reports the turn's input itself
+                if isinstance(item, CommandExecutionItem):
+                    (in_flight.add if method == "item/started" else in_flight.discard)(item.id)
+                await ctx.emit(
+                    b.ItemStarted(item) if method == "item/started" else b.ItemCompleted(item)
+                )
+            case "item/agentMessage/delta":
+                await ctx.emit(b.AgentMessageDelta(item_id, str(params.get("delta", ""))))
+            case "item/plan/delta":
+                await ctx.emit(b.PlanDelta(item_id, str(params.get("delta", ""))))
+            case "item/reasoning/summaryPartAdded":
+                await ctx.emit(
+                    b.ReasoningSummaryPartAdded(item_id, int(params.get("summaryIndex", 0)))
+                )
+            case "item/reasoning/summaryTextDelta":
+                await ctx.emit(
+                    b.ReasoningSummaryDelta(
+                        item_id, str(params.get("delta", "")), int(params.get("summaryIndex", 0))
+                    )
+                )
+            case "item/reasoning/textDelta":
+                await ctx.emit(
+                    b.ReasoningTextDelta(
+                        item_id, str(params.get("delta", "")), int(params.get("contentIndex", 0))
+                    )
+                )
+            case "item/commandExecution/outputDelta":
+                await ctx.emit(b.CommandOutputDelta(item_id, str(params.get("delta", ""))))
+            case "item/fileChange/outputDelta":
+                await ctx.emit(b.FileChangeOutputDelta(item_id, str(params.get("delta", ""))))
+            case "item/mcpToolCall/progress":
+                await ctx.emit(b.McpProgress(item_id, str(params.get("message", ""))))
+            case "turn/plan/updated":
+                steps = _convert(params.get("plan"), _STEP_DECODER)
+                if steps is not None:
+                    await ctx.emit(b.PlanUpdated(steps, params.get("explanation")))
+            case "turn/diff/updated":
+                await ctx.emit(b.DiffUpdated(str(params.get("diff", ""))))
+            case "thread/tokenUsage/updated":
+                usage = _convert(params.get("tokenUsage"), _USAGE_DECODER)
+                if usage is not None:
+                    await ctx.emit(b.TokenUsageUpdated(usage))
+            case "warning":
+                await ctx.emit(b.Warning(str(params.get("message", ""))))
+            case _:
+                pass  # status changes, rate limits, read state: ours are computed by the engine
+
+    async def _server_request(self, msg: dict[str, Any], ctx: b.TurnContext) -> None:
+        method = msg.get("method")
+        params = msg.get("params") or {}
+        item_id = str(params.get("itemId") or "")
+        result: dict[str, Any]
+        if method == "item/commandExecution/requestApproval":
+            decision = await ctx.request_approval(
+                b.ApprovalRequest(
+                    kind="command",
+                    item_id=item_id,
+                    command=params.get("command"),
+                    cwd=params.get("cwd") or self.settings.cwd,
+                    reason=params.get("reason"),
+                    command_actions=[UnknownAction(command=str(params.get("command") or ""))],
+                )
+            )
+            result = {"decision": decision}
+        elif method == "item/fileChange/requestApproval":
+            decision = await ctx.request_approval(
+                b.ApprovalRequest(
+                    kind="fileChange",
+                    item_id=item_id,
+                    reason=params.get("reason"),
+                    grant_root=params.get("grantRoot"),
+                )
+            )
+            result = {"decision": decision}
+        elif method == "item/tool/requestUserInput":
+            questions = (
+                _convert(
+                    params.get("questions"),
+                    msgspec.json.Decoder(list[ToolRequestUserInputQuestion]),
+                )
+                or []
+            )
+            answers = await ctx.request_user_input(item_id, questions)
+            result = {"answers": {k: {"answers": v} for k, v in (answers or {}).items()}}
+        elif method == "item/permissions/requestApproval":
+            result = {"permissions": {}}  # fail closed: grant nothing
+        elif method == "mcpServer/elicitation/request":
+            result = {"action": "decline"}
+        else:
+            await self._send(
+                {
+                    "id": msg["id"],
+                    "error": {"code": -32601, "message": f"threadline does not handle {method}"},
+                }
+            )
+            return
+        await self._send({"id": msg["id"], "result": result})
+
+
+# -- exec mode -----------------------------------------------------------------------------------
+
+
+_EXEC_STATUS: dict[str, Literal["inProgress", "completed", "failed", "declined"]] = {
+    "in_progress": "inProgress",
+    "completed": "completed",
+    "failed": "failed",
+    "declined": "declined",
+}
+
+
+def _exec_item(
+    raw: dict[str, Any], prefix: str, cwd: str
+) -> ThreadItem | list[TurnPlanStep] | str | None:
+    """A `codex exec --json` item → our item (or plan steps for todo_list, or a warning)."""
+    kind = raw.get("type")
+    item_id = f"{prefix}{raw.get('id', '')}"
+    status = _EXEC_STATUS.get(str(raw.get("status")), "inProgress")
+    if kind == "agent_message":
+        return AgentMessageItem(id=item_id, text=str(raw.get("text", "")))
+    if kind == "reasoning":
+        text = str(raw.get("text", ""))
+        return ReasoningItem(id=item_id, summary=[text] if text else [])
+    if kind == "command_execution":
+        command = str(raw.get("command", ""))
+        code = raw.get("exit_code")
+        return CommandExecutionItem(
+            id=item_id,
+            command=command,
+            cwd=cwd,
+            status=status,
+            command_actions=[UnknownAction(command=command)],
+            aggregated_output=raw.get("aggregated_output"),
+            exit_code=code if isinstance(code, int) else None,
+        )
+    if kind == "file_change":
+        kinds: dict[str, PatchKindAdd | PatchKindDelete] = {
+            "add": PatchKindAdd(),
+            "delete": PatchKindDelete(),
+        }
+        changes = [
+            FileUpdateChange(
+                path=str(c.get("path", "")),
+                kind=kinds.get(str(c.get("kind")), PatchKindUpdate()),
+                diff="",
+            )
+            for c in raw.get("changes") or []
+            if isinstance(c, dict)
+        ]
+        return FileChangeItem(
+            id=item_id, changes=changes, status="inProgress" if status == "inProgress" else status
+        )
+    if kind == "mcp_tool_call":
+        result = raw.get("result") if isinstance(raw.get("result"), dict) else None
+        error = raw.get("error") if isinstance(raw.get("error"), dict) else None
+        mcp_status: Literal["inProgress", "completed", "failed"] = (
+            "inProgress"
+            if status == "inProgress"
+            else ("failed" if status in ("failed", "declined") else "completed")
+        )
+        return McpToolCallItem(
+            id=item_id,
+            server=str(raw.get("server", "")),
+            tool=str(raw.get("tool", "")),
+            arguments=raw.get("arguments"),
+            status=mcp_status,
+            result=McpToolCallResult(content=list(result.get("content") or [])) if result else None,
+            error=McpToolCallError(message=str(error.get("message", ""))) if error else None,
+        )
+    if kind == "web_search":
+        query = str(raw.get("query", ""))
+        return WebSearchItem(id=item_id, query=query, action=WebSearchActionSearch(query=query))
+    if kind == "todo_list":
+        return [
+            TurnPlanStep(
+                step=str(t.get("text", "")), status="completed" if t.get("completed") else "pending"
+            )
+            for t in raw.get("items") or []
+            if isinstance(t, dict)
+        ]
+    if kind == "error":
+        return str(raw.get("message", ""))
+    return None
+
+
+def _usage(raw: Any) -> TokenUsageBreakdown | None:
+    if not isinstance(raw, dict):
+        return None
+
+    def n(key: str) -> int:
+        v = raw.get(key)
+        return v if isinstance(v, int) else 0
+
+    inp, out = n("input_tokens"), n("output_tokens")
+    return TokenUsageBreakdown(
+        total_tokens=inp + out,
+        input_tokens=inp,
+        cached_input_tokens=n("cached_input_tokens"),
+        output_tokens=out,
+        reasoning_output_tokens=n("reasoning_output_tokens"),
+        cache_write_input_tokens=n("cache_write_input_tokens"),
+    )
+
+
+class CodexExecSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+        self.settings = settings
+        self.binary = binary
+        self._previous_total: TokenUsageBreakdown | None = None
+
+    def argv(self, turn: b.TurnInput) -> list[str]:
+        s = self.settings
+        argv = [
+            self.binary,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--cd",
+            s.cwd,
+            *_COMMON_FLAGS,
+            *_config_flags(s),
+        ]
+        if s.model and s.model != "default":
+            argv += ["--model", s.model]
+        if s.developer_instructions:
+            argv += ["-c", f"developer_instructions={json.dumps(s.developer_instructions)}"]
+        if s.base_instructions:
+            argv += ["-c", f"instructions={json.dumps(s.base_instructions)}"]
+        if s.approval_policy == "never":
+            argv.append("--dangerously-bypass-approvals-and-sandbox")
+        else:
+            argv += ["-s", s.sandbox or "read-only"]
+        if s.backend_session_id:
+            argv += ["resume", s.backend_session_id]
+        argv.append("-")  # the prompt comes from stdin (never argv: it may start with "-")
+        return argv
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
+        prefix = f"{turn.turn_id[-12:]}-"
+        decoder = msgspec.json.Decoder()
+        last_error: str | None = None
+        try:
+            async with open_group_process(
+                self.argv(turn),
+                cwd=self.settings.cwd,
+                env=_env(self.settings),
+                stdin="pipe",
+                name="codex exec",
+            ) as proc:
+                await proc.write(turn.text.encode())
+                await proc.close_stdin()
+                while True:
+                    try:
+                        line = await proc.read_line()
+                    except LineTooLong:
+                        continue
+                    if line is None:
+                        break
+                    try:
+                        event = decoder.decode(line)
+                    except msgspec.DecodeError:
+                        continue
+                    if not isinstance(event, dict):
+                        continue
+                    etype = event.get("type")
+                    if etype == "thread.started" and isinstance(event.get("thread_id"), str):
+                        self.settings.backend_session_id = event["thread_id"]
+                        await ctx.set_backend_session_id(event["thread_id"])
+                    elif etype in ("item.started", "item.updated", "item.completed"):
+                        await self._item(event.get("item") or {}, etype, prefix, ctx)
+                    elif etype == "turn.completed":
+                        total = _usage(event.get("usage"))
+                        if total is not None:
+                            await ctx.emit(b.TokenUsageUpdated(self._usage(total)))
+                        return b.TurnOutcome("completed")
+                    elif etype == "turn.failed":
+                        err = event.get("error") or {}
+                        message = str(err.get("message") or last_error or "codex exec failed")
+                        return b.TurnOutcome(
+                            "failed",
+                            TurnError(message=message, codex_error_info=_error_info(message)),
+                        )
+                    elif etype == "error":
+                        last_error = str(event.get("message", ""))
+                        if last_error.startswith("Reconnecting"):
+                            await ctx.emit(
+                                b.RetryableError(
+                                    TurnError(message=last_error, codex_error_info="other")
+                                )
+                            )
+                await proc.wait()
+                raise _exit_error(
+                    proc,
+                    "exited without finishing the turn"
+                    + (f" ({last_error})" if last_error else ""),
+                )
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+
+    def _usage(self, total: TokenUsageBreakdown) -> ThreadTokenUsage:
+        # exec reports the thread's cumulative usage; `last` is the difference.
+        prev = self._previous_total
+        self._previous_total = total
+        if prev is None:
+            return ThreadTokenUsage(total=total, last=total)
+        last = TokenUsageBreakdown(
+            total_tokens=max(0, total.total_tokens - prev.total_tokens),
+            input_tokens=max(0, total.input_tokens - prev.input_tokens),
+            cached_input_tokens=max(0, total.cached_input_tokens - prev.cached_input_tokens),
+            output_tokens=max(0, total.output_tokens - prev.output_tokens),
+            reasoning_output_tokens=max(
+                0, total.reasoning_output_tokens - prev.reasoning_output_tokens
+            ),
+        )
+        return ThreadTokenUsage(total=total, last=last)
+
+    async def _item(self, raw: dict[str, Any], etype: str, prefix: str, ctx: b.TurnContext) -> None:
+        mapped = _exec_item(raw, prefix, self.settings.cwd)
+        if mapped is None:
+            return
+        if isinstance(mapped, list):
+            await ctx.emit(b.PlanUpdated(mapped))
+        elif isinstance(mapped, str):
+            await ctx.emit(b.Warning(mapped))
+        elif etype == "item.started":
+            await ctx.emit(b.ItemStarted(mapped))
+        elif etype == "item.completed":
+            await ctx.emit(b.ItemCompleted(mapped))
+
+
+def _error_info(message: str) -> str:
+    if "401" in message or "Unauthorized" in message or "Missing environment variable" in message:
+        return "unauthorized"
+    if "429" in message:
+        return "rateLimitExceeded"
+    if "500" in message or "high demand" in message:
+        return "internalServerError"
+    if "stream disconnected" in message or "Connection failed" in message:
+        return "other"
+    return "other"
+
+
+# -- backend ---------------------------------------------------------------------------------------
+
+
+class CodexBackend(b.Backend):
+    id = "codex"
+    display_name = "Codex"
+    modes = ("app-server", "exec")
+    default_mode = "app-server"
+
+    def capabilities(self, mode: str) -> BackendCapabilities:
+        return _EXEC_CAPS if mode == "exec" else _APP_CAPS
+
+    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
+        try:
+            path = resolve_executable(cli_path or "codex")
+        except ProcessError as exc:
+            return b.BackendCheck(available=False, message=str(exc))
+        version = await cli_version(path)
+        creds = (
+            "OPENAI_API_KEY set"
+            if os.environ.get("OPENAI_API_KEY")
+            else "CODEX_HOME set"
+            if os.environ.get("CODEX_HOME")
+            else "no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)"
+        )
+        return b.BackendCheck(
+            available=version is not None,
+            path=path,
+            version=version,
+            credentials=creds,
+            message=None if version else "`codex --version` failed",
+        )
+
+    @asynccontextmanager
+    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        try:
+            binary = resolve_executable(settings.cli_path or "codex", settings.env)
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        if settings.mode == "exec":
+            yield CodexExecSession(settings, binary)
+            return
+        session = CodexAppServerSession(settings, binary)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.run_process)
+            try:
+                yield session
+            finally:
+                session.close()
+
+    def session(self, settings: b.SessionSettings) -> Any:
+        return self._session(settings)
+
+    def models(self) -> list[Model]:
+        efforts = [
+            ReasoningEffortOption(reasoning_effort=e, description=f"{e} effort")
+            for e in ("low", "medium", "high")
+        ]
+        return [
+            Model(
+                id="codex/default",
+                model="default",
+                display_name="Codex default",
+                description="The model configured for the codex CLI",
+                hidden=False,
+                is_default=True,
+                default_reasoning_effort="medium",
+                supported_reasoning_efforts=efforts,
+            )
+        ]
