@@ -1,0 +1,994 @@
+"""A scripted fake of the OpenAI Responses API for driving the real `codex` CLI offline.
+
+Codex reaches it through a custom model provider (``wire_api = "responses"``); `codex_home`
+writes that config and `codex_env` the matching environment::
+
+    with FakeResponses(Rule("make it", [ExecCommand("touch x"), "Done."])) as fake:
+        home = codex_home(tmp_path, fake.url)
+        subprocess.run([codex, "exec", "--json", "--skip-git-repo-check", "-"],
+                       input="make it", env=codex_env(home), ...)
+        fake.function_outputs(1)  # what Codex sent back after running the command
+
+Scripting: rules are tried in order against the text of the latest *human* user message
+(case-insensitive substring). Codex also sends user-role messages of its own
+(``<environment_context>``, ``<turn_aborted>``, AGENTS.md instructions); those are stripped and
+never count as human; developer messages never do either. The first matching rule wins, else
+the default rule. A rule's step k answers the k-th model call since that human message, where k
+is the number of tool-output runs (``function_call_output``/``custom_tool_call_output`` ...)
+after it: step 0 is the first answer, step 1 the answer after the first tool call's output
+(parallel calls in one answer count once), ...; the last step repeats. A retry re-sends the
+same input, so it gets the same step (an `HttpError` step fails every retry too).
+
+A step is a `Step`, or shorthand: a `str` (one message), one block, a list of blocks, or an
+`HttpError`. Lists passed as ``steps``/``default`` are always lists of *steps*.
+
+Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
+subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import socket
+import socketserver
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeAlias, cast
+from urllib.parse import urlsplit
+
+__all__ = [
+    "ENV_KEY",
+    "MODEL",
+    "REDACTED",
+    "ApplyPatch",
+    "Block",
+    "CustomToolCall",
+    "ExecCommand",
+    "FakeResponses",
+    "FunctionCall",
+    "HttpError",
+    "Reasoning",
+    "RecordedRequest",
+    "ResponseFailed",
+    "Rule",
+    "Step",
+    "StepLike",
+    "Text",
+    "codex_env",
+    "codex_home",
+]
+
+RESPONSES_PATH = "/v1/responses"
+MODELS_PATH = "/v1/models"
+REDACTED = "<redacted>"
+ENV_KEY = "FAKE_OPENAI_KEY"  # the provider's env_key: Codex sends it as a Bearer token
+MODEL = "gpt-5.5"  # a bundled slug: unknown slugs add a warning item and change the tool set
+_SECRET_HEADERS = frozenset({"authorization", "api-key", "openai-api-key"})
+# User-role messages Codex writes itself; they must not steer the script.
+_INJECTED = re.compile(
+    r"<environment_context>.*?</environment_context>"
+    r"|<turn_aborted>.*?</turn_aborted>"
+    r"|<user_instructions>.*?</user_instructions>"
+    r"|# AGENTS\.md instructions for [^\n]*\s*<INSTRUCTIONS>.*?</INSTRUCTIONS>",
+    re.DOTALL,
+)
+
+# Error `code`s the real API sends for some statuses (the rest send null).
+_ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
+
+
+def _error_type(status: int) -> str:
+    if status == 429:
+        return "requests"
+    return "invalid_request_error" if status < 500 else "server_error"
+
+
+# --------------------------------------------------------------------------- script types
+
+
+@dataclass(frozen=True)
+class Text:
+    """An assistant message, streamed as several ``response.output_text.delta``s."""
+
+    text: str
+    phase: str | None = None  # "commentary" | "final_answer"; None: no `phase` field
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """A reasoning item with summary parts (``response.reasoning_summary_*`` events). Codex
+    shows the summary as a `reasoning` item and sends the whole item back on the next call."""
+
+    summary: str | Sequence[str]
+    encrypted_content: str | None = "fake-encrypted-reasoning"
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return (self.summary,) if isinstance(self.summary, str) else tuple(self.summary)
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """A ``function_call`` item; `arguments` (JSON-encoded if a mapping) is streamed as
+    ``response.function_call_arguments.delta`` chunks."""
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    call_id: str | None = None  # None: a fresh ``call_…`` id per response
+
+    @property
+    def arguments_json(self) -> str:
+        args = self.arguments
+        return args if isinstance(args, str) else json.dumps(dict(args))
+
+
+@dataclass(frozen=True)
+class CustomToolCall:
+    """A ``custom_tool_call`` item (a freeform tool such as Codex's `apply_patch`); `input` is
+    streamed as ``response.custom_tool_call_input.delta`` chunks."""
+
+    name: str
+    input: str
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecCommand:
+    """Codex's shell tool: a ``function_call`` to `exec_command`. Under read-only + on-request,
+    ``sandbox_permissions="require_escalated"`` makes Codex ask for approval, with
+    `justification` as the reason shown."""
+
+    cmd: str
+    workdir: str | None = None
+    sandbox_permissions: str | None = None  # "use_default" | "require_escalated"
+    justification: str | None = None
+    login: bool | None = None  # None: Codex's default, a login shell (``bash -lc``)
+    yield_time_ms: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # other exec_command arguments
+    call_id: str | None = None
+
+    def call(self) -> FunctionCall:
+        args: dict[str, Any] = {"cmd": self.cmd}
+        optional = {
+            "workdir": self.workdir,
+            "sandbox_permissions": self.sandbox_permissions,
+            "justification": self.justification,
+            "login": self.login,
+            "yield_time_ms": self.yield_time_ms,
+        }
+        args.update({k: v for k, v in optional.items() if v is not None})
+        args.update(self.extra)
+        return FunctionCall("exec_command", args, self.call_id)
+
+
+@dataclass(frozen=True)
+class ApplyPatch:
+    """A patch that adds file `path` (relative to the turn cwd) with `content`; Codex reports it
+    as a `file_change` item. The file always ends with a newline.
+
+    ``via="custom"`` (default) sends what real models send: a ``custom_tool_call`` to the
+    freeform `apply_patch` tool. ``via="exec"`` sends an `exec_command` whose cmd is
+    ``apply_patch <<'EOF' ...``, which Codex intercepts and also turns into a file change."""
+
+    path: str
+    content: str
+    via: str = "custom"  # "custom" | "exec"
+    call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.via not in ("custom", "exec"):
+            raise ValueError("ApplyPatch.via must be 'custom' or 'exec'")
+
+    @property
+    def patch(self) -> str:
+        lines = "".join(f"+{line}\n" for line in self.content.splitlines())
+        return f"*** Begin Patch\n*** Add File: {self.path}\n{lines}*** End Patch\n"
+
+    def call(self) -> FunctionCall | CustomToolCall:
+        if self.via == "custom":
+            return CustomToolCall("apply_patch", self.patch, self.call_id)
+        # Every patch line starts with "+" or "***", so none can end the heredoc early.
+        return ExecCommand(f"apply_patch <<'EOF'\n{self.patch}EOF\n", call_id=self.call_id).call()
+
+
+Block: TypeAlias = Text | Reasoning | FunctionCall | CustomToolCall | ExecCommand | ApplyPatch
+_Wire: TypeAlias = Text | Reasoning | FunctionCall | CustomToolCall  # what is actually streamed
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """Answer with an HTTP error and the API's error body (``{"error": {...}}``)."""
+
+    status: int
+    message: str = "fake error"
+    error_type: str | None = None  # None: the API's type for `status`
+    code: str | None = None  # None: the API's code for `status` (may stay null)
+    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "1"}
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type or _error_type(self.status),
+                "param": None,
+                "code": self.code if self.code is not None else _ERROR_CODES.get(self.status),
+            }
+        }
+
+
+@dataclass(frozen=True)
+class ResponseFailed:
+    """A ``response.failed`` event after `after_items` complete output items, ending the
+    stream. Codex 0.169 retries it (stream retries) and then fails the turn with "stream
+    disconnected before completion: <message>"; but ``context_length_exceeded`` and
+    ``insufficient_quota`` fail at once with Codex's own texts."""
+
+    message: str = "fake response.failed"
+    code: str = "server_error"
+    after_items: int = 0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One model answer.
+
+    `delay_ms` sleeps between deltas. `stall_after_first_delta_ms` sends the first delta, then
+    stalls (interrupt tests; shutdown cuts the stall short). `close_midstream` drops the
+    connection after the first delta (a transport error); `close_before_completed` sends every
+    item, then ends the body cleanly without ``response.completed``; `drop_connection` closes
+    without any answer.
+    """
+
+    items: Sequence[Block] = ()
+    delay_ms: int = 0
+    chunk_size: int = 16
+    stall_after_first_delta_ms: int = 0
+    error: HttpError | None = None
+    failed: ResponseFailed | None = None
+    close_midstream: bool = False
+    close_before_completed: bool = False
+    drop_connection: bool = False
+    input_tokens: int | None = None  # None: ~len(input JSON) / 4
+    output_tokens: int | None = None  # None: ~len(output) / 4
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "items", tuple(self.items))
+        if self.chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+
+
+StepLike: TypeAlias = Step | HttpError | Block | str | Sequence[Block]
+_BLOCK_TYPES = (Text, Reasoning, FunctionCall, CustomToolCall, ExecCommand, ApplyPatch)
+
+
+def as_step(step: StepLike) -> Step:
+    """Normalise the shorthands accepted in `Rule.steps` into a `Step`."""
+    if isinstance(step, Step):
+        return step
+    if isinstance(step, HttpError):
+        return Step(error=step)
+    if isinstance(step, str):
+        return Step([Text(step)])
+    if isinstance(step, _BLOCK_TYPES):
+        return Step([step])
+    return Step(step)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Answer with `steps` when `match` is a (case-insensitive) substring of the latest human
+    user message; ``match=""`` matches everything."""
+
+    match: str
+    steps: Sequence[StepLike]
+    name: str | None = None  # shown in RecordedRequest.rule; defaults to `match`
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, str) or not self.steps:
+            raise ValueError("Rule.steps must be a non-empty list of steps")
+        object.__setattr__(self, "steps", tuple(as_step(s) for s in self.steps))
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name is not None else self.match
+
+    def step(self, k: int) -> Step:
+        return as_step(self.steps[min(k, len(self.steps) - 1)])
+
+
+DEFAULT_RULE = Rule("", ["Hello from the fake OpenAI Responses API."], name="default")
+
+
+@dataclass(frozen=True)
+class _Script:
+    rules: tuple[Rule, ...]
+    default: Rule
+
+    def pick(self, human_text: str) -> Rule:
+        lowered = human_text.lower()
+        return next((r for r in self.rules if r.match.lower() in lowered), self.default)
+
+
+# --------------------------------------------------------------------------- conversation helpers
+
+
+def _text(item: Mapping[str, Any]) -> str:
+    """Text parts of a message item, joined by newlines."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    parts = (p.get("text") for p in content or () if isinstance(p, dict))
+    return "\n".join(p for p in parts if isinstance(p, str))
+
+
+def _is_message(item: Mapping[str, Any], role: str) -> bool:
+    return item.get("role") == role and item.get("type", "message") == "message"
+
+
+def _human_text(item: Mapping[str, Any]) -> str | None:
+    """The text a person typed, or None if `item` is not a human user message."""
+    if not _is_message(item, "user"):
+        return None
+    text = _INJECTED.sub("", _text(item)).strip()
+    content = item.get("content")
+    has_image = isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "input_image" for p in content
+    )
+    return text if text or has_image else None
+
+
+def _is_output(item: Mapping[str, Any]) -> bool:
+    return str(item.get("type", "")).endswith("_output")  # function_call_output and kin
+
+
+def _locate(items: list[dict[str, Any]]) -> tuple[str, int]:
+    """(latest human text, model calls since it). Each run of tool outputs after the human
+    message ends one model call that asked for tools."""
+    human, text = -1, ""
+    for i in range(len(items) - 1, -1, -1):
+        found = _human_text(items[i])
+        if found is not None:
+            human, text = i, found
+            break
+    k, in_run = 0, False
+    for item in items[human + 1 :]:
+        out = _is_output(item)
+        if out and not in_run:
+            k += 1
+        in_run = out
+    return text, k
+
+
+# --------------------------------------------------------------------------- recording
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the fake saw it (secret header values redacted)."""
+
+    method: str
+    path: str  # with query string
+    headers: dict[str, str]  # lower-cased names
+    body: Any  # parsed JSON, or None
+    rule: str | None = None  # label of the rule that answered (model calls only)
+    step: int | None = None  # step index k within that rule
+
+    @property
+    def route(self) -> str:
+        return urlsplit(self.path).path
+
+    @property
+    def model(self) -> str | None:
+        return self.body.get("model") if isinstance(self.body, dict) else None
+
+    @property
+    def input(self) -> list[dict[str, Any]]:
+        """The request's ``input`` items: the whole conversation (Codex re-sends it)."""
+        if not isinstance(self.body, dict):
+            return []
+        return [i for i in self.body.get("input") or () if isinstance(i, dict)]
+
+    @property
+    def developer_text(self) -> str:
+        """Text of all developer messages (base instructions, developer_instructions, ...)."""
+        return "\n".join(_text(i) for i in self.input if _is_message(i, "developer"))
+
+    @property
+    def user_texts(self) -> list[str]:
+        """Raw text of every user message, Codex's own context messages included."""
+        return [_text(i) for i in self.input if _is_message(i, "user")]
+
+    @property
+    def human_text(self) -> str:
+        """Text of the latest human user message: what rules are matched against."""
+        return _locate(self.input)[0]
+
+    @property
+    def function_outputs(self) -> list[dict[str, Any]]:
+        """Tool-output items (``function_call_output``, ``custom_tool_call_output``, ...) of
+        the whole input, oldest first."""
+        return [i for i in self.input if _is_output(i)]
+
+
+# --------------------------------------------------------------------------- server
+
+
+class _Abort(Exception):
+    """Stop writing this response and drop the connection."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fake: FakeResponses) -> None:
+        self.fake = fake
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind does a reverse DNS lookup (getfqdn); skip it, it can hang.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError) or self.fake._stopping.is_set():
+            return  # the client went away (e.g. an interrupted CLI): expected
+        self.fake._record_error(traceback.format_exc())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # chunked SSE, so a dropped stream is a visible error
+    timeout = 120  # safety net for idle/preconnected sockets
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, threading.current_thread(), add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, threading.current_thread(), add=False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean; every request is recorded instead
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    do_GET = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
+
+    def _dispatch(self) -> None:
+        fake = self.server.fake
+        self.close_connection = True  # one request per connection: no keep-alive races
+        raw = self._read_body()
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None  # e.g. a compressed body: recorded as None
+        headers = {
+            k.lower(): (REDACTED if k.lower() in _SECRET_HEADERS else v)
+            for k, v in self.headers.items()
+        }
+        route = urlsplit(self.path).path.rstrip("/")
+        base = RecordedRequest(self.command, self.path, headers, body)
+        try:
+            if self.command == "GET" and route == MODELS_PATH:
+                fake._record(base)
+                # OpenAI's list shape plus the `models` key of Codex's own /models endpoint,
+                # so either parser sees an empty catalog rather than an error.
+                self._send_json(200, {"object": "list", "data": [], "models": []})
+            elif self.command != "POST" or route != RESPONSES_PATH:
+                fake._record(base)
+                msg = f"fake: no route for {self.command} {self.path}"
+                self._send_json(404, HttpError(404, msg).body)
+            elif not isinstance(body, dict):
+                fake._record(base)
+                self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
+            else:
+                self._respond(base, body)
+        except _Abort:
+            self._drop()
+
+    def _respond(self, base: RecordedRequest, body: dict[str, Any]) -> None:
+        fake = self.server.fake
+        human_text, k = _locate(base.input)
+        rule = fake._current_script().pick(human_text)
+        step = rule.step(k)
+        fake._record(replace(base, rule=rule.label, step=k))
+        if step.drop_connection:
+            raise _Abort
+        if step.error is not None:
+            self._send_json(step.error.status, step.error.body, step.error.headers)
+            return
+        if body.get("stream") is False:
+            msg = "fake: only streaming (stream: true) is implemented"
+            self._send_json(400, HttpError(400, msg).body)
+            return
+        _Stream(self, step, body).run()
+
+    # -- I/O helpers
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            parts = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return b"".join(parts)
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
+
+    def _send_json(self, status: int, payload: Any, extra: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("x-request-id", f"req_fake{uuid.uuid4().hex[:20]}")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.send_header("connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _pause(self, ms: int) -> bool:
+        """Sleep `ms`; False if the fake is shutting down meanwhile."""
+        return not self.server.fake._stopping.wait(ms / 1000) if ms > 0 else True
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _wire(block: Block) -> _Wire:
+    """The streamed form of `block`, with fresh call ids where none were given."""
+    if isinstance(block, ExecCommand | ApplyPatch):
+        block = block.call()
+    if isinstance(block, FunctionCall | CustomToolCall) and block.call_id is None:
+        block = replace(block, call_id=f"call_fake{uuid.uuid4().hex[:20]}")
+    return block
+
+
+def _item_id(block: _Wire) -> str:
+    prefix = {Text: "msg", Reasoning: "rs", FunctionCall: "fc", CustomToolCall: "ctc"}
+    return f"{prefix[type(block)]}_fake{uuid.uuid4().hex[:20]}"
+
+
+def _item(block: _Wire, item_id: str, *, done: bool) -> dict[str, Any]:
+    """The output item as in ``output_item.added`` (done=False) or ``.done`` (done=True)."""
+    status = "completed" if done else "in_progress"
+    item: dict[str, Any]
+    if isinstance(block, Text):
+        content = [{"type": "output_text", "text": block.text, "annotations": []}]
+        item = {"id": item_id, "type": "message", "status": status, "role": "assistant"}
+        item["content"] = content if done else []
+        if block.phase is not None:
+            item["phase"] = block.phase
+        return item
+    if isinstance(block, Reasoning):
+        summary = [{"type": "summary_text", "text": t} for t in block.parts] if done else []
+        item = {"id": item_id, "type": "reasoning", "summary": summary}
+        if done and block.encrypted_content is not None:
+            item["encrypted_content"] = block.encrypted_content
+        return item
+    if isinstance(block, FunctionCall):
+        return {
+            "id": item_id,
+            "type": "function_call",
+            "status": status,
+            "name": block.name,
+            "call_id": block.call_id,
+            "arguments": block.arguments_json if done else "",
+        }
+    return {
+        "id": item_id,
+        "type": "custom_tool_call",
+        "status": status,
+        "name": block.name,
+        "call_id": block.call_id,
+        "input": block.input if done else "",
+    }
+
+
+class _Stream:
+    """Writes one SSE response (chunked transfer encoding)."""
+
+    def __init__(self, handler: _Handler, step: Step, body: dict[str, Any]) -> None:
+        self.h, self.step = handler, step
+        self.blocks = [_wire(b) for b in step.items]
+        self.model = str(body.get("model") or MODEL)
+        self.response_id = f"resp_fake{uuid.uuid4().hex[:20]}"
+        self.created_at = int(time.time())
+        self.input_tokens = step.input_tokens or max(1, len(json.dumps(body.get("input"))) // 4)
+        self.sequence = 0
+        self.deltas_sent = 0
+        self.done_items: list[dict[str, Any]] = []
+
+    def response(self, status: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "model": self.model,
+            "output": list(self.done_items),
+            "usage": None,
+            "error": None,
+            "incomplete_details": None,
+            **extra,
+        }
+
+    def usage(self) -> dict[str, Any]:
+        size = sum(len(json.dumps(i)) for i in self.done_items)
+        output = self.step.output_tokens or max(1, math.ceil(size / 4))
+        return {
+            "input_tokens": self.input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.input_tokens + output,
+        }
+
+    def run(self) -> None:
+        h, step = self.h, self.step
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream; charset=utf-8")
+        h.send_header("cache-control", "no-cache")
+        h.send_header("x-request-id", f"req_fake{uuid.uuid4().hex[:20]}")
+        h.send_header("transfer-encoding", "chunked")
+        h.send_header("connection", "close")
+        h.end_headers()
+        self.event("response.created", {"response": self.response("in_progress")})
+        self.event("response.in_progress", {"response": self.response("in_progress")})
+        for index, block in enumerate(self.blocks):
+            if step.failed is not None and step.failed.after_items <= index:
+                break
+            self.item(index, block)
+        if step.failed is not None:
+            error = {"code": step.failed.code, "message": step.failed.message}
+            self.event("response.failed", {"response": self.response("failed", error=error)})
+        elif not step.close_before_completed:
+            completed = self.response("completed", usage=self.usage())
+            self.event("response.completed", {"response": completed})
+        h.wfile.write(b"0\r\n\r\n")
+
+    def item(self, index: int, block: _Wire) -> None:
+        item_id = _item_id(block)
+        at = {"item_id": item_id, "output_index": index}
+        self.event(
+            "response.output_item.added",
+            {"output_index": index, "item": _item(block, item_id, done=False)},
+        )
+        if isinstance(block, Text):
+            part = {"type": "output_text", "text": "", "annotations": []}
+            self.event("response.content_part.added", {**at, "content_index": 0, "part": part})
+            for chunk in self.chunks(block.text):
+                self.delta(
+                    "response.output_text.delta",
+                    {**at, "content_index": 0, "delta": chunk, "logprobs": []},
+                )
+            self.event(
+                "response.output_text.done",
+                {**at, "content_index": 0, "text": block.text, "logprobs": []},
+            )
+            part = {**part, "text": block.text}
+            self.event("response.content_part.done", {**at, "content_index": 0, "part": part})
+        elif isinstance(block, Reasoning):
+            for n, text in enumerate(block.parts):
+                part = {"type": "summary_text", "text": ""}
+                where = {**at, "summary_index": n}
+                self.event("response.reasoning_summary_part.added", {**where, "part": part})
+                for chunk in self.chunks(text):
+                    self.delta("response.reasoning_summary_text.delta", {**where, "delta": chunk})
+                self.event("response.reasoning_summary_text.done", {**where, "text": text})
+                part = {**part, "text": text}
+                self.event("response.reasoning_summary_part.done", {**where, "part": part})
+        elif isinstance(block, FunctionCall):
+            args = block.arguments_json
+            for chunk in self.chunks(args):
+                self.delta("response.function_call_arguments.delta", {**at, "delta": chunk})
+            self.event(
+                "response.function_call_arguments.done",
+                {**at, "name": block.name, "arguments": args},
+            )
+        else:
+            for chunk in self.chunks(block.input):
+                self.delta("response.custom_tool_call_input.delta", {**at, "delta": chunk})
+            self.event("response.custom_tool_call_input.done", {**at, "input": block.input})
+        done = _item(block, item_id, done=True)
+        self.done_items.append(done)
+        self.event("response.output_item.done", {"output_index": index, "item": done})
+
+    def delta(self, name: str, payload: dict[str, Any]) -> None:
+        if self.deltas_sent and not self.h._pause(self.step.delay_ms):
+            raise _Abort
+        self.event(name, payload)
+        self.deltas_sent += 1
+        if self.deltas_sent == 1:
+            if self.step.close_midstream:
+                raise _Abort
+            stall = self.step.stall_after_first_delta_ms
+            if stall and not self.h._pause(stall):
+                raise _Abort
+
+    def chunks(self, text: str) -> Iterator[str]:
+        size = self.step.chunk_size
+        return (text[i : i + size] for i in range(0, len(text), size))
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:
+        full = {"type": name, "sequence_number": self.sequence, **payload}
+        self.sequence += 1
+        data = f"event: {name}\ndata: {json.dumps(full)}\n\n".encode()
+        self.h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+# --------------------------------------------------------------------------- public facade
+
+
+class FakeResponses:
+    """The fake server. Start with `start()` or ``with``; `url` is the root (`base_url` adds
+    ``/v1``, what a Codex provider's ``base_url`` needs; `codex_home` takes either).
+
+    Accessors taking `i` index the model calls (`model_requests`, POST /v1/responses only);
+    `requests` has everything (GET /v1/models, 404s, ...) in arrival order.
+    """
+
+    def __init__(
+        self,
+        *rules: Rule,
+        default: Rule | Sequence[StepLike] | StepLike | None = None,
+        max_lifetime: float = 15 * 60,
+    ) -> None:
+        self._lock = threading.Condition()
+        self._script = _make_script(rules, default)
+        self._requests: list[RecordedRequest] = []
+        self._errors: list[str] = []
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._stopping = threading.Event()  # set first: cuts stalls and delays short
+        self._closed = threading.Event()  # set last: the port is closed
+        self._max_lifetime = max_lifetime
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._timer: threading.Timer | None = None
+
+    # -- lifecycle
+
+    def start(self) -> Self:
+        if self._server is not None:
+            raise RuntimeError("FakeResponses already started")
+        self._server = _Server(self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-openai-responses:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        self._timer = threading.Timer(self._max_lifetime, self.close)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, cut stalls short, drop open connections, join handler threads.
+        Idempotent and callable from any thread; returns once the port is closed."""
+        with self._lock:
+            first = not self._stopping.is_set()
+            self._stopping.set()
+            server = self._server
+        if server is None:
+            self._closed.set()
+            return
+        if not first:
+            self._closed.wait(10)  # another thread (e.g. the lifetime timer) is closing
+            return
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.cancel()
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            conns = dict(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + 5
+        for thread in [*conns.values(), self._thread]:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        self._closed.set()
+
+    def __enter__(self) -> Self:
+        return self if self._server is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeResponses not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    # -- scripting
+
+    def set_script(
+        self, *rules: Rule, default: Rule | Sequence[StepLike] | StepLike | None = None
+    ) -> None:
+        """Replace the whole script (thread-safe; requests in flight keep their old step)."""
+        script = _make_script(rules, default)
+        with self._lock:
+            self._script = script
+
+    # -- inspection
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def model_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.method == "POST" and r.route == RESPONSES_PATH]
+
+    @property
+    def errors(self) -> list[str]:
+        """Tracebacks of unexpected handler failures (a test should expect none)."""
+        with self._lock:
+            return list(self._errors)
+
+    def input(self, i: int = -1) -> list[dict[str, Any]]:
+        return self.model_requests[i].input
+
+    def developer_text(self, i: int = -1) -> str:
+        return self.model_requests[i].developer_text
+
+    def user_texts(self, i: int = -1) -> list[str]:
+        return self.model_requests[i].user_texts
+
+    def function_outputs(self, i: int = -1) -> list[dict[str, Any]]:
+        return self.model_requests[i].function_outputs
+
+    def wait_for_requests(
+        self, n: int, timeout: float = 10.0, *, route: str | None = RESPONSES_PATH
+    ) -> list[RecordedRequest]:
+        """Block until `n` requests to `route` (None: any) arrived; return them."""
+
+        def matching() -> list[RecordedRequest]:
+            return [r for r in self._requests if route is None or r.route == route]
+
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(matching()) >= n, timeout):
+                seen = [f"{r.method} {r.path}" for r in self._requests]
+                raise TimeoutError(f"expected {n} requests to {route} within {timeout}s: {seen}")
+            return matching()
+
+    # -- called by handler threads
+
+    def _current_script(self) -> _Script:
+        with self._lock:
+            return self._script
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+            self._lock.notify_all()
+
+    def _record_error(self, text: str) -> None:
+        with self._lock:
+            self._errors.append(text)
+
+    def _track(self, conn: socket.socket, thread: threading.Thread, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._conns[conn] = thread
+            else:
+                self._conns.pop(conn, None)
+
+
+def _make_script(
+    rules: Sequence[Rule], default: Rule | Sequence[StepLike] | StepLike | None
+) -> _Script:
+    if default is None:
+        rule = DEFAULT_RULE
+    elif isinstance(default, Rule):
+        rule = default
+    elif isinstance(default, list | tuple):
+        rule = Rule("", default, name="default")
+    else:
+        rule = Rule("", [cast(StepLike, default)], name="default")
+    return _Script(tuple(rules), rule)
+
+
+# --------------------------------------------------------------------------- Codex set-up
+
+
+def codex_home(
+    tmp_dir: Path, fake_url: str, *, retries: int = 0, model: str = MODEL, name: str = "codex_home"
+) -> Path:
+    """Create ``tmp_dir/name`` as a fresh CODEX_HOME whose config.toml sends everything to the
+    fake (`fake_url`: `FakeResponses.url` or `.base_url`) and contacts nothing else.
+
+    `retries` bounds both request and stream retries (Codex's defaults, 4 and 5, turn one HTTP
+    500 into 30 requests and ~25 s). `unbounded_connection_retries` is off because it would
+    otherwise retry an unreachable fake (a closed one) forever."""
+    base_url = fake_url.rstrip("/")
+    if not base_url.endswith("/v1"):
+        base_url += "/v1"
+    home = tmp_dir / name
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f"""\
+model = {json.dumps(model)}
+model_provider = "mock"
+
+[model_providers.mock]
+name = "Fake OpenAI Responses API"
+base_url = {json.dumps(base_url)}
+env_key = "{ENV_KEY}"
+wire_api = "responses"
+request_max_retries = {int(retries)}
+stream_max_retries = {int(retries)}
+
+# No lookups of the analytics host.
+[analytics]
+enabled = false
+
+# plugins: no git ls-remote of the plugin marketplace, no github.com/chatgpt.com lookups.
+[features]
+plugins = false
+unbounded_connection_retries = false
+"""
+    )
+    return home
+
+
+def codex_env(
+    home: Path, *, scratch_home: Path | None = None, key: str = "fake-openai-key"
+) -> dict[str, str]:
+    """A minimal environment for running codex against `home` (from `codex_home`): CODEX_HOME,
+    the provider key, and a scratch HOME (default: a ``home`` dir next to CODEX_HOME) so login
+    shells and Codex's shell snapshot never read the user's rc files. Only PATH is inherited
+    (the npm wrapper needs node; the shell tool needs the usual binaries)."""
+    scratch = scratch_home if scratch_home is not None else home.parent / "home"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "LANG": "C.UTF-8",
+        "HOME": str(scratch),
+        "CODEX_HOME": str(home),
+        ENV_KEY: key,
+    }
