@@ -20,6 +20,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import trio
+
 from ..protocol import (
     BackendCapabilities,
     CommandAction,
@@ -350,6 +352,11 @@ class Backend(abc.ABC):
     def session(self, settings: SessionSettings) -> AbstractAsyncContextManager[BackendSession]:
         """Open a session for a thread. Entering it may spawn the CLI (or defer to the first
         turn); leaving it must stop every process it started. Raise BackendError on failure."""
+
+    def attach(self, nursery: trio.Nursery) -> None:  # noqa: B027 - optional hook
+        """Called once by the server with its threads nursery: backends that share one CLI
+        process between threads (ACP) run those processes there, so they outlive any one
+        thread and die with the server."""
 
     def models(self) -> list[Model]:
         return []

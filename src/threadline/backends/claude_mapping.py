@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 EDIT_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+#: `tool_use_result` of a tool the CLI stopped because of an interrupt (claude 2.1.197).
+_CUT_OFF = "User rejected tool use"
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (\d+)")
 _TODO_STATUS: dict[str, Literal["pending", "inProgress", "completed"]] = {
     "pending": "pending",
@@ -381,6 +383,15 @@ class ClaudeTurnMapper:
         if isinstance(item, CommandExecutionItem):
             if declined:
                 item.status = "declined"
+                return item
+            if is_error and structured == _CUT_OFF:
+                # An approved command cut off by an interrupt. The CLI answers with its stock
+                # "The user doesn't want to proceed with this tool use. The tool use was
+                # rejected..." text, which would tell the user they rejected a command they
+                # had approved and that was running. stream-json carries no partial output.
+                item.status = "failed"
+                item.exit_code = None
+                item.aggregated_output = None
                 return item
             if isinstance(structured, dict) and not is_error:
                 out = str(structured.get("stdout", ""))

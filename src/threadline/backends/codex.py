@@ -132,6 +132,9 @@ class CodexAppServerSession(b.BackendSession):
         self._exited = trio.Event()
         self._turn_id: str | None = None
         self._closing = trio.Event()
+        # Command items of the running turn that have not been allowed to run (their approval
+        # is pending, declined or cancelled): an interrupt leaves nothing of theirs running.
+        self._not_running: set[str] = set()
 
     def argv(self) -> list[str]:
         return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
@@ -318,6 +321,7 @@ class CodexAppServerSession(b.BackendSession):
             ) from None
         self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
         in_flight_commands: set[str] = set()
+        self._not_running = set()
         final_error: TurnError | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -334,9 +338,13 @@ class CodexAppServerSession(b.BackendSession):
                         continue
                     if method == "turn/completed":
                         outcome = self._outcome(params.get("turn") or {}, final_error)
-                        if outcome.status == "interrupted" and in_flight_commands:
+                        if outcome.status == "interrupted" and (
+                            in_flight_commands - self._not_running
+                        ):
                             # Codex leaves an interrupted command running: restart the child
-                            # (its process group dies) and resume the thread next turn.
+                            # (its process group dies) and resume the thread next turn. Not
+                            # for a command still waiting for its approval: it never started,
+                            # and a restart would cost the next turn the app-server start-up.
                             self.healthy = False
                         nursery.cancel_scope.cancel()
                         return outcome
@@ -443,6 +451,7 @@ class CodexAppServerSession(b.BackendSession):
         item_id = str(params.get("itemId") or "")
         result: dict[str, Any]
         if method == "item/commandExecution/requestApproval":
+            self._not_running.add(item_id)
             decision = await ctx.request_approval(
                 b.ApprovalRequest(
                     kind="command",
@@ -453,6 +462,8 @@ class CodexAppServerSession(b.BackendSession):
                     command_actions=[UnknownAction(command=str(params.get("command") or ""))],
                 )
             )
+            if decision in ("accept", "acceptForSession"):
+                self._not_running.discard(item_id)
             result = {"decision": decision}
         elif method == "item/fileChange/requestApproval":
             decision = await ctx.request_approval(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .base import Backend
 from .claude import ClaudeBackend
-from .cli_pending import PendingCliBackend
 from .codex import CodexBackend
+from .gemini import GeminiBackend
 from .mock import MockBackend
+from .opencode import OpenCodeBackend
 
 __all__ = ["create_backends"]
 
@@ -15,7 +16,7 @@ def create_backends() -> dict[str, Backend]:
     return {
         "claude": ClaudeBackend(),
         "codex": CodexBackend(),
-        "gemini": PendingCliBackend("gemini", "gemini", "Gemini CLI", ("acp", "headless")),
-        "opencode": PendingCliBackend("opencode", "opencode", "OpenCode", ("acp", "run")),
+        "gemini": GeminiBackend(),
+        "opencode": OpenCodeBackend(),
         "mock": MockBackend(),
     }

@@ -102,6 +102,8 @@ class ThreadService:
         self.peer = peer
         self.backends = dict(backends)
         self._nursery = nursery
+        for backend in self.backends.values():
+            backend.attach(nursery)
         self.loaded: dict[str, LoadedThread] = {}
         self._opening: set[str] = set()
         self.shutting_down = False

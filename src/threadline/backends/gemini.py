@@ -1,0 +1,455 @@
+"""Gemini CLI backend.
+
+ACP mode (default): a long-lived `gemini --acp` per cwd, threads multiplexed as ACP sessions
+(`backends/acp.py`): streamed text and thoughts, real approvals (`session/request_permission`),
+`session/cancel`, `session/load` for resume.
+
+Headless mode (`config.mode: "headless"`): `gemini -p … -o stream-json` per turn with
+`--session-id` on the first turn and `--resume` after; approvals by policy only
+(`--approval-mode`); cancel kills the CLI's process group and every descendant (the shell tool
+runs in its own process group, so a group signal alone leaves it behind).
+
+Facts (gemini 0.61.0, reference/gemini-cli.md): a relaunched child ignores signals to the parent
+(`GEMINI_CLI_NO_RELAUNCH=1` keeps one process); exit codes 41 auth, 42 input, 55 untrusted
+folder, HTTP status & 0xFF for API errors; an ACP `session/load` within the same wall-clock
+minute as the session file's name wipes the session — we wait for the next minute.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import glob
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import trio
+
+from ..protocol import (
+    AgentMessageItem,
+    BackendCapabilities,
+    CommandExecutionItem,
+    DynamicToolCallItem,
+    FileChangeItem,
+    FileUpdateChange,
+    Model,
+    PatchKindAdd,
+    PatchKindUpdate,
+    ReasoningEffortOption,
+    ThreadItem,
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+    ToolOutputText,
+    TurnError,
+    UnknownAction,
+    WebSearchActionSearch,
+    WebSearchItem,
+)
+from . import base as b
+from .acp import AcpPool, AcpSession
+from .cli_pending import cli_version
+from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
+
+__all__ = ["GeminiBackend"]
+
+log = logging.getLogger("threadline.backend.gemini")
+
+_ACP_CAPS = BackendCapabilities(
+    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=False
+)
+_HEADLESS_CAPS = BackendCapabilities(
+    approvals=False, interrupt=False, resume=True, deltas=True, reasoning=False, images=False
+)
+_EXIT_MEANING = {
+    41: ("authentication is not configured for gemini", "unauthorized"),
+    42: ("gemini rejected its input (bad --resume or --session-id)", "badRequest"),
+    55: (
+        "gemini refuses to run in an untrusted folder (set GEMINI_CLI_TRUST_WORKSPACE=true)",
+        "other",
+    ),
+    145: ("the Gemini API answered 401 Unauthorized", "unauthorized"),
+    173: ("the Gemini API answered 429 Too Many Requests", "rateLimitExceeded"),
+    244: ("the Gemini API answered 500 Internal Server Error", "internalServerError"),
+    144: ("the Gemini API answered 400 Bad Request", "badRequest"),
+}
+
+
+def _env(settings: b.SessionSettings) -> dict[str, str]:
+    env = dict(settings.env)
+    env["PWD"] = settings.cwd
+    # One process instead of a relaunched child: faster start, signals reach the worker.
+    env.setdefault("GEMINI_CLI_NO_RELAUNCH", "1")
+    return env
+
+
+def _model_flags(settings: b.SessionSettings) -> list[str]:
+    # An explicit model also skips Gemini's router call (one request per model round).
+    if settings.model and settings.model != "default":
+        return ["-m", settings.model]
+    return []
+
+
+async def _wait_out_session_minute(session_id: str, env: dict[str, str]) -> None:
+    """Gemini wipes a session loaded in the same minute as its file's name: wait it out."""
+    home = env.get("HOME") or os.path.expanduser("~")
+    pattern = os.path.join(
+        home, ".gemini", "tmp", "*", "chats", f"session-*-{session_id[:8]}*.jsonl"
+    )
+    names = [os.path.basename(p) for p in glob.glob(pattern)]
+    stamps = {n[len("session-") : len("session-") + 16] for n in names}
+    now = [
+        dt.datetime.now().strftime("%Y-%m-%dT%H-%M"),
+        dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M"),
+    ]
+    if stamps & set(now):
+        wait = 61 - dt.datetime.now().second
+        log.info("waiting %ss before session/load of %s (same-minute bug)", wait, session_id)
+        await trio.sleep(wait)
+
+
+class GeminiAcpSession(AcpSession):
+    async def configure(self) -> None:
+        if self.settings.approval_policy == "never":
+            # No approvals wanted: let Gemini run tools without asking.
+            await self.host.request(
+                "session/set_mode", {"sessionId": self.session_id, "modeId": "yolo"}, timeout=30
+            )
+
+
+# -- headless --------------------------------------------------------------------------------------
+
+
+class GeminiHeadlessSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+        self.settings = settings
+        self.binary = binary
+        self._started = bool(settings.backend_session_id)
+        self.session_id = settings.backend_session_id or str(uuid.uuid4())
+        self._total: TokenUsageBreakdown | None = None
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        mode = {"never": "yolo"}.get(s.approval_policy, "default")
+        if s.config.get("approvalMode"):
+            mode = str(s.config["approvalMode"])
+        argv = [self.binary, "-o", "stream-json", "--approval-mode", mode, *_model_flags(s)]
+        argv += (
+            ["--resume", self.session_id] if self._started else ["--session-id", self.session_id]
+        )
+        # The prompt is read from stdin (prepended to -p's text): never in argv.
+        argv += ["-p", ""]
+        return argv
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()
+        decoder = msgspec.json.Decoder()
+        message: AgentMessageItem | None = None
+        text: list[str] = []
+        tools: dict[str, ThreadItem] = {}
+        result: dict[str, Any] | None = None
+
+        async def close_message() -> None:
+            nonlocal message, text
+            if message is not None:
+                message.text = "".join(text)
+                await ctx.emit(b.ItemCompleted(message))
+                message, text = None, []
+
+        try:
+            async with open_group_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=_env(self.settings),
+                stdin="pipe",
+                name="gemini -p",
+            ) as proc:
+                await proc.write(prompt.encode())
+                await proc.close_stdin()
+                while True:
+                    try:
+                        line = await proc.read_line()
+                    except LineTooLong:
+                        continue
+                    if line is None:
+                        break
+                    try:
+                        event = decoder.decode(line)
+                    except msgspec.DecodeError:
+                        continue
+                    if not isinstance(event, dict):
+                        continue
+                    etype = event.get("type")
+                    if etype == "init":
+                        self._started = True
+                        sid = event.get("session_id")
+                        if isinstance(sid, str):
+                            self.session_id = sid
+                            self.settings.backend_session_id = sid
+                            await ctx.set_backend_session_id(sid)
+                    elif etype == "message" and event.get("role") == "assistant":
+                        if message is None:
+                            message = AgentMessageItem(id=ctx.new_item_id(), text="")
+                            await ctx.emit(b.ItemStarted(AgentMessageItem(id=message.id, text="")))
+                        chunk = str(event.get("content", ""))
+                        text.append(chunk)
+                        await ctx.emit(b.AgentMessageDelta(message.id, chunk))
+                    elif etype == "tool_use":
+                        await close_message()
+                        item = _headless_tool(event, self.settings.cwd)
+                        tools[item.id] = item
+                        await ctx.emit(b.ItemStarted(item))
+                    elif etype == "tool_result":
+                        done = tools.pop(str(event.get("tool_id")), None)
+                        if done is not None:
+                            await ctx.emit(b.ItemCompleted(_finish_tool(done, event)))
+                    elif etype == "error":
+                        await ctx.emit(b.Warning(str(event.get("message", ""))))
+                    elif etype == "result":
+                        result = event
+                await close_message()
+                code = await proc.wait()
+                if result is None:
+                    meaning = _EXIT_MEANING.get(code)
+                    detail = proc.stderr_tail(1500)
+                    message_text = (
+                        meaning[0] if meaning else f"gemini exited (code {code}) without a result"
+                    )
+                    raise b.BackendError(
+                        message_text + (f": {detail}" if detail else ""),
+                        codex_error_info=meaning[1] if meaning else "other",
+                        additional_details=detail or None,
+                    )
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        usage = _headless_usage(result.get("stats"))
+        if usage is not None:
+            await ctx.emit(b.TokenUsageUpdated(self._add(usage)))
+        if result.get("status") == "success":
+            return b.TurnOutcome("completed")
+        error = result.get("error") if isinstance(result.get("error"), dict) else {}
+        assert isinstance(error, dict)
+        if error.get("type") == "FatalCancellationError":
+            return b.TurnOutcome("interrupted")
+        msg = str(error.get("message") or "gemini reported an error")
+        meaning = _EXIT_MEANING.get(proc.returncode or 0)
+        return b.TurnOutcome(
+            "failed",
+            TurnError(
+                message=msg, codex_error_info=meaning[1] if meaning else _info_from_text(msg)
+            ),
+        )
+
+    def _add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
+        t = self._total
+        self._total = (
+            last
+            if t is None
+            else TokenUsageBreakdown(
+                total_tokens=t.total_tokens + last.total_tokens,
+                input_tokens=t.input_tokens + last.input_tokens,
+                cached_input_tokens=t.cached_input_tokens + last.cached_input_tokens,
+                output_tokens=t.output_tokens + last.output_tokens,
+                reasoning_output_tokens=0,
+            )
+        )
+        return ThreadTokenUsage(total=self._total, last=last)
+
+
+def _info_from_text(message: str) -> str:
+    if '"code":401' in message or "401" in message:
+        return "unauthorized"
+    if "429" in message or "exhausted" in message:
+        return "rateLimitExceeded"
+    if '"code":500' in message or "500" in message:
+        return "internalServerError"
+    return "other"
+
+
+def _headless_usage(stats: Any) -> TokenUsageBreakdown | None:
+    if not isinstance(stats, dict):
+        return None
+    inp, out = int(stats.get("input_tokens") or 0), int(stats.get("output_tokens") or 0)
+    return TokenUsageBreakdown(
+        total_tokens=int(stats.get("total_tokens") or inp + out),
+        input_tokens=inp,
+        cached_input_tokens=int(stats.get("cached") or 0),
+        output_tokens=out,
+        reasoning_output_tokens=0,
+    )
+
+
+def _headless_tool(event: dict[str, Any], cwd: str) -> ThreadItem:
+    name = str(event.get("tool_name") or "tool")
+    tool_id = str(event.get("tool_id") or uuid.uuid4())
+    params = event.get("parameters") if isinstance(event.get("parameters"), dict) else {}
+    assert isinstance(params, dict)
+    if name == "run_shell_command":
+        command = str(params.get("command", ""))
+        return CommandExecutionItem(
+            id=tool_id,
+            command=command,
+            cwd=str(params.get("dir_path") or cwd),
+            status="inProgress",
+            command_actions=[UnknownAction(command=command)],
+        )
+    if name in ("write_file", "replace"):
+        path = str(params.get("file_path", ""))
+        if path and not os.path.isabs(path):
+            path = os.path.join(cwd, path)
+        old = None
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                old = fh.read()
+        except OSError:
+            pass
+        if name == "write_file":
+            new = str(params.get("content", ""))
+        else:
+            new = (old or "").replace(
+                str(params.get("old_string", "")),
+                str(params.get("new_string", "")),
+                -1 if params.get("allow_multiple") else 1,
+            )
+        diff = "".join(
+            difflib.unified_diff(
+                (old or "").splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                fromfile="/dev/null" if old is None else f"a/{path.lstrip('/')}",
+                tofile=f"b/{path.lstrip('/')}",
+            )
+        )
+        return FileChangeItem(
+            id=tool_id,
+            status="inProgress",
+            changes=[
+                FileUpdateChange(
+                    path=path, kind=PatchKindAdd() if old is None else PatchKindUpdate(), diff=diff
+                )
+            ],
+        )
+    if name == "google_web_search":
+        query = str(params.get("query", ""))
+        return WebSearchItem(id=tool_id, query=query, action=WebSearchActionSearch(query=query))
+    return DynamicToolCallItem(
+        id=tool_id, tool=name, arguments=params, status="inProgress", namespace="gemini"
+    )
+
+
+def _finish_tool(item: ThreadItem, event: dict[str, Any]) -> ThreadItem:
+    ok = event.get("status") == "success"
+    error = event.get("error") if isinstance(event.get("error"), dict) else {}
+    assert isinstance(error, dict)
+    output = event.get("output")
+    if isinstance(item, CommandExecutionItem):
+        item.status = "completed" if ok else "failed"
+        item.aggregated_output = str(output) if output is not None else error.get("message")
+    elif isinstance(item, FileChangeItem):
+        item.status = (
+            "completed"
+            if ok
+            else (
+                "declined"
+                if error.get("type") in ("policy_violation", "tool_not_registered")
+                else "failed"
+            )
+        )
+    elif isinstance(item, DynamicToolCallItem):
+        item.status = "completed" if ok else "failed"
+        item.success = ok
+        text = str(output) if output is not None else str(error.get("message", ""))
+        item.content_items = [ToolOutputText(text=text)] if text else []
+    return item
+
+
+# -- backend ---------------------------------------------------------------------------------------
+
+
+class GeminiBackend(b.Backend):
+    id = "gemini"
+    display_name = "Gemini CLI"
+    modes = ("acp", "headless")
+    default_mode = "acp"
+
+    def __init__(self) -> None:
+        self._pool = AcpPool("gemini --acp")
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._pool.attach(nursery)
+
+    def capabilities(self, mode: str) -> BackendCapabilities:
+        return _HEADLESS_CAPS if mode == "headless" else _ACP_CAPS
+
+    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
+        try:
+            path = resolve_executable(cli_path or "gemini")
+        except ProcessError as exc:
+            return b.BackendCheck(available=False, message=str(exc))
+        version = await cli_version(path)
+        creds = (
+            "GEMINI_API_KEY set"
+            if os.environ.get("GEMINI_API_KEY")
+            else "GOOGLE_API_KEY set"
+            if os.environ.get("GOOGLE_API_KEY")
+            else "no GEMINI_API_KEY (a logged-in CLI may still work)"
+        )
+        return b.BackendCheck(
+            available=version is not None,
+            path=path,
+            version=version,
+            credentials=creds,
+            message=None if version else "`gemini --version` failed",
+        )
+
+    @asynccontextmanager
+    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        try:
+            binary = resolve_executable(settings.cli_path or "gemini", settings.env)
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        if settings.mode == "headless":
+            yield GeminiHeadlessSession(settings, binary)
+            return
+        env = _env(settings)
+        argv = [binary, "--acp", *_model_flags(settings)]
+        async with self._pool.host(argv, settings.cwd, env) as host:
+            session = GeminiAcpSession(host, settings, "gemini")
+
+            async def before_load(sid: str) -> None:
+                await _wait_out_session_minute(sid, env)
+
+            session.before_load = before_load
+            await session.open()
+            try:
+                yield session
+            finally:
+                session.close()
+
+    def session(self, settings: b.SessionSettings) -> Any:
+        return self._session(settings)
+
+    def models(self) -> list[Model]:
+        efforts = [ReasoningEffortOption(reasoning_effort="medium", description="default")]
+        return [
+            Model(
+                id=f"gemini/{m}",
+                model=m,
+                display_name=m,
+                description=d,
+                hidden=False,
+                is_default=m == "default",
+                default_reasoning_effort="medium",
+                supported_reasoning_efforts=efforts,
+            )
+            for m, d in (
+                ("default", "Gemini CLI's automatic model routing"),
+                ("gemini-2.5-pro", "passed to gemini -m"),
+                ("gemini-2.5-flash", "passed to gemini -m"),
+            )
+        ]
