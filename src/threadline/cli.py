@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -106,7 +107,11 @@ def _doctor() -> int:
     except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
-    infos = trio.run(backend_infos, create_backends(), config.cli_path)
+    infos = trio.run(
+        partial(backend_infos, cli_path_for=config.default_backend),
+        create_backends(),
+        config.cli_path,
+    )
     for info in infos:
         caps = info.capabilities[info.default_mode]
         flags = ",".join(k for k in ("approvals", "interrupt", "resume") if getattr(caps, k))

@@ -106,6 +106,16 @@ def test_bash_denied_is_declined() -> None:
     assert cmd.status == "declined"
 
 
+def test_bash_cut_off_by_an_interrupt_is_failed_not_rejected() -> None:
+    # 04b: an allowed `sleep 30` interrupted mid-run; the CLI's tool_result is its stock
+    # "The user doesn't want to proceed ... rejected" text, which must not reach the item.
+    events, results = replay("04b_interrupt_during_tool")
+    (cmd,) = [i for i in completed(events) if isinstance(i, CommandExecutionItem)]
+    assert cmd.status == "failed"
+    assert cmd.aggregated_output is None and cmd.exit_code is None
+    assert results[0].status == "interrupted"
+
+
 def test_failing_bash_parses_the_exit_code() -> None:
     events, _ = replay("16_tool_result_shapes")
     cmds = [i for i in completed(events) if isinstance(i, CommandExecutionItem)]

@@ -38,7 +38,7 @@ from ..protocol import (
 )
 from . import base as b
 from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult
-from .cli_pending import cli_version
+from .cli_version import cli_version
 from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["ClaudeBackend"]

@@ -23,6 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
+import re
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -33,6 +36,7 @@ import trio
 from ..protocol import (
     AgentMessageItem,
     BackendCapabilities,
+    CommandAction,
     CommandExecutionItem,
     FileChangeItem,
     FileUpdateChange,
@@ -57,7 +61,7 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
-from .cli_pending import cli_version
+from .cli_version import cli_version
 from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["CodexBackend"]
@@ -74,6 +78,7 @@ _ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
 _USAGE_DECODER = msgspec.json.Decoder(ThreadTokenUsage)
 _ERROR_DECODER = msgspec.json.Decoder(TurnError)
 _STEP_DECODER = msgspec.json.Decoder(list[TurnPlanStep])
+_ACTIONS_DECODER = msgspec.json.Decoder(list[CommandAction])
 #: Flags for every Codex invocation: bounded retries (never hang on an unreachable provider).
 _COMMON_FLAGS = ("--disable", "unbounded_connection_retries")
 
@@ -88,10 +93,49 @@ def _config_flags(settings: b.SessionSettings) -> list[str]:
     return flags
 
 
-def _env(settings: b.SessionSettings) -> dict[str, str]:
+def _env(settings: b.SessionSettings, launcher_env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(settings.env)
+    env.update(launcher_env or {})
     env["PWD"] = settings.cwd
     return env
+
+
+#: Node platform → (Rust target triple, npm platform package) as in the npm launcher.
+_NPM_TARGETS = {
+    ("linux", "x86_64"): ("x86_64-unknown-linux-musl", "codex-linux-x64"),
+    ("linux", "aarch64"): ("aarch64-unknown-linux-musl", "codex-linux-arm64"),
+    ("darwin", "x86_64"): ("x86_64-apple-darwin", "codex-darwin-x64"),
+    ("darwin", "arm64"): ("aarch64-apple-darwin", "codex-darwin-arm64"),
+}
+
+
+def native_binary(path: str) -> tuple[str, dict[str, str]]:
+    """The native binary behind the npm package's Node launcher, and the environment the
+    launcher would add; `(path, {})` when `path` is not that launcher or the binary is missing.
+
+    Why: on Node < 22 `bin/codex.js` spawns the binary as a child (no execve), which costs
+    ~150-350 ms per start (measured: app-server ready 495 → 157 ms, an exec turn 826 → 470 ms,
+    reference codex-runtime.md §6) plus a Node process per thread; the reference recommends
+    running the binary directly. The lookup mirrors the launcher's own (`require.resolve` of the
+    platform package, then the package's own vendor/)."""
+    real = os.path.realpath(path)
+    if os.path.basename(real) != "codex.js" or os.path.basename(os.path.dirname(real)) != "bin":
+        return path, {}
+    package_root = os.path.dirname(os.path.dirname(real))
+    target = _NPM_TARGETS.get((sys.platform, platform.machine().lower()))
+    if target is None:
+        return path, {}
+    triple, platform_package = target
+    tail = ("vendor", triple, "bin", "codex")
+    for candidate in (
+        os.path.join(package_root, "node_modules", "@openai", platform_package, *tail),
+        os.path.join(os.path.dirname(package_root), platform_package, *tail),
+        os.path.join(package_root, *tail),
+    ):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            env = {"CODEX_MANAGED_BY_NPM": "1", "CODEX_MANAGED_PACKAGE_ROOT": package_root}
+            return candidate, env
+    return path, {}
 
 
 def _convert(raw: Any, decoder: msgspec.json.Decoder[Any]) -> Any:
@@ -120,9 +164,15 @@ class _RpcFailure(Exception):
 
 
 class CodexAppServerSession(b.BackendSession):
-    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+    def __init__(
+        self,
+        settings: b.SessionSettings,
+        binary: str,
+        launcher_env: dict[str, str] | None = None,
+    ) -> None:
         self.settings = settings
         self.binary = binary
+        self.launcher_env = launcher_env or {}
         self.proc: GroupProcess | None = None
         self.codex_thread_id: str | None = None
         self._next_id = 1
@@ -150,7 +200,7 @@ class CodexAppServerSession(b.BackendSession):
             async with open_group_process(
                 self.argv(),
                 cwd=self.settings.cwd,
-                env=_env(self.settings),
+                env=_env(self.settings, self.launcher_env),
                 stdin="pipe",
                 name="codex app-server",
                 grace=3.0,
@@ -459,7 +509,10 @@ class CodexAppServerSession(b.BackendSession):
                     command=params.get("command"),
                     cwd=params.get("cwd") or self.settings.cwd,
                     reason=params.get("reason"),
-                    command_actions=[UnknownAction(command=str(params.get("command") or ""))],
+                    # Codex's own parse of the command (read/search/...), as on its item;
+                    # (was always `unknown` with the whole `bash -lc` line)
+                    command_actions=_convert(params.get("commandActions"), _ACTIONS_DECODER)
+                    or [UnknownAction(command=str(params.get("command") or ""))],
                 )
             )
             if decision in ("accept", "acceptForSession"):
@@ -605,10 +658,18 @@ def _usage(raw: Any) -> TokenUsageBreakdown | None:
 
 
 class CodexExecSession(b.BackendSession):
-    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+    def __init__(
+        self,
+        settings: b.SessionSettings,
+        binary: str,
+        launcher_env: dict[str, str] | None = None,
+    ) -> None:
         self.settings = settings
         self.binary = binary
+        self.launcher_env = launcher_env or {}
         self._previous_total: TokenUsageBreakdown | None = None
+        #: The last `error` event's message (the reason given if the turn fails without one).
+        self.last_error: str | None = None
 
     def argv(self, turn: b.TurnInput) -> list[str]:
         s = self.settings
@@ -642,12 +703,12 @@ class CodexExecSession(b.BackendSession):
             await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
         prefix = f"{turn.turn_id[-12:]}-"
         decoder = msgspec.json.Decoder()
-        last_error: str | None = None
+        self.last_error = None
         try:
             async with open_group_process(
                 self.argv(turn),
                 cwd=self.settings.cwd,
-                env=_env(self.settings),
+                env=_env(self.settings, self.launcher_env),
                 stdin="pipe",
                 name="codex exec",
             ) as proc:
@@ -666,54 +727,75 @@ class CodexExecSession(b.BackendSession):
                         continue
                     if not isinstance(event, dict):
                         continue
-                    etype = event.get("type")
-                    if etype == "thread.started" and isinstance(event.get("thread_id"), str):
-                        self.settings.backend_session_id = event["thread_id"]
-                        await ctx.set_backend_session_id(event["thread_id"])
-                    elif etype in ("item.started", "item.updated", "item.completed"):
-                        await self._item(event.get("item") or {}, etype, prefix, ctx)
-                    elif etype == "turn.completed":
-                        total = _usage(event.get("usage"))
-                        if total is not None:
-                            await ctx.emit(b.TokenUsageUpdated(self._usage(total)))
-                        return b.TurnOutcome("completed")
-                    elif etype == "turn.failed":
-                        err = event.get("error") or {}
-                        message = str(err.get("message") or last_error or "codex exec failed")
-                        return b.TurnOutcome(
-                            "failed",
-                            TurnError(message=message, codex_error_info=_error_info(message)),
-                        )
-                    elif etype == "error":
-                        last_error = str(event.get("message", ""))
-                        if last_error.startswith("Reconnecting"):
-                            await ctx.emit(
-                                b.RetryableError(
-                                    TurnError(message=last_error, codex_error_info="other")
-                                )
-                            )
+                    outcome = await self.handle_event(event, prefix, ctx)
+                    if outcome is not None:
+                        return outcome
                 await proc.wait()
                 raise _exit_error(
                     proc,
                     "exited without finishing the turn"
-                    + (f" ({last_error})" if last_error else ""),
+                    + (f" ({self.last_error})" if self.last_error else ""),
                 )
         except ProcessError as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
 
+    async def handle_event(
+        self, event: dict[str, Any], prefix: str, ctx: b.TurnContext
+    ) -> b.TurnOutcome | None:
+        """One `codex exec --json` event → normalized events; the outcome once the turn ends.
+        (Separate from the process loop so recorded transcripts can be replayed through it.)"""
+        etype = event.get("type")
+        if etype == "thread.started" and isinstance(event.get("thread_id"), str):
+            self.settings.backend_session_id = event["thread_id"]
+            await ctx.set_backend_session_id(event["thread_id"])
+        elif etype in ("item.started", "item.updated", "item.completed"):
+            await self._item(event.get("item") or {}, etype, prefix, ctx)
+        elif etype == "turn.completed":
+            total = _usage(event.get("usage"))
+            if total is not None:
+                await ctx.emit(b.TokenUsageUpdated(self._usage(total)))
+            return b.TurnOutcome("completed")
+        elif etype == "turn.failed":
+            err = event.get("error") or {}
+            message = str(err.get("message") or self.last_error or "codex exec failed")
+            return b.TurnOutcome(
+                "failed", TurnError(message=message, codex_error_info=_error_info(message))
+            )
+        elif etype == "error":
+            self.last_error = str(event.get("message", ""))
+            if self.last_error.startswith("Reconnecting"):
+                await ctx.emit(
+                    b.RetryableError(
+                        TurnError(
+                            message=self.last_error, codex_error_info=_error_info(self.last_error)
+                        )
+                    )
+                )
+        return None
+
     def _usage(self, total: TokenUsageBreakdown) -> ThreadTokenUsage:
-        # exec reports the thread's cumulative usage; `last` is the difference.
+        # exec reports the thread's cumulative usage; `last` is the difference. (A session
+        # opened on an existing thread does not know the earlier total: its first `last` is
+        # the cumulative figure.)
         prev = self._previous_total
         self._previous_total = total
         if prev is None:
             return ThreadTokenUsage(total=total, last=total)
+
+        def diff(now: int | None, before: int | None) -> int:
+            return max(0, (now or 0) - (before or 0))
+
         last = TokenUsageBreakdown(
-            total_tokens=max(0, total.total_tokens - prev.total_tokens),
-            input_tokens=max(0, total.input_tokens - prev.input_tokens),
-            cached_input_tokens=max(0, total.cached_input_tokens - prev.cached_input_tokens),
-            output_tokens=max(0, total.output_tokens - prev.output_tokens),
-            reasoning_output_tokens=max(
-                0, total.reasoning_output_tokens - prev.reasoning_output_tokens
+            total_tokens=diff(total.total_tokens, prev.total_tokens),
+            input_tokens=diff(total.input_tokens, prev.input_tokens),
+            cached_input_tokens=diff(total.cached_input_tokens, prev.cached_input_tokens),
+            output_tokens=diff(total.output_tokens, prev.output_tokens),
+            reasoning_output_tokens=diff(
+                total.reasoning_output_tokens, prev.reasoning_output_tokens
+            ),
+            # (was left out: `last` then claimed no cache writes at all)
+            cache_write_input_tokens=diff(
+                total.cache_write_input_tokens, prev.cache_write_input_tokens
             ),
         )
         return ThreadTokenUsage(total=total, last=last)
@@ -732,15 +814,22 @@ class CodexExecSession(b.BackendSession):
             await ctx.emit(b.ItemCompleted(mapped))
 
 
-def _error_info(message: str) -> str:
-    if "401" in message or "Unauthorized" in message or "Missing environment variable" in message:
-        return "unauthorized"
-    if "429" in message:
-        return "rateLimitExceeded"
-    if "500" in message or "high demand" in message:
+_STATUS = re.compile(r"(?:unexpected status|last status:) (\d{3})\b")
+
+
+def _error_info(message: str) -> str | dict[str, Any]:
+    """`codexErrorInfo` for an exec error text: what `codex app-server` reports for the same
+    failure (measured with 0.169.0), so a client sees the same value in both modes."""
+    if "high demand" in message:  # Codex's text for an HTTP 5xx it will not show
         return "internalServerError"
-    if "stream disconnected" in message or "Connection failed" in message:
-        return "other"
+    if "Missing environment variable" in message:  # the provider's env_key is unset
+        return "unauthorized"
+    match = _STATUS.search(message)
+    if match:
+        status = int(match.group(1))
+        if message.startswith("exceeded retry limit"):
+            return {"responseTooManyFailedAttempts": {"httpStatusCode": status}}
+        return {"httpConnectionFailed": {"httpStatusCode": status}}
     return "other"
 
 
@@ -783,10 +872,11 @@ class CodexBackend(b.Backend):
             binary = resolve_executable(settings.cli_path or "codex", settings.env)
         except ProcessError as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
+        binary, launcher_env = native_binary(binary)
         if settings.mode == "exec":
-            yield CodexExecSession(settings, binary)
+            yield CodexExecSession(settings, binary, launcher_env)
             return
-        session = CodexAppServerSession(settings, binary)
+        session = CodexAppServerSession(settings, binary, launcher_env)
         async with trio.open_nursery() as nursery:
             await nursery.start(session.run_process)
             try:

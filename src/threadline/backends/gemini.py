@@ -52,7 +52,7 @@ from ..protocol import (
 )
 from . import base as b
 from .acp import AcpPool, AcpSession
-from .cli_pending import cli_version
+from .cli_version import cli_version
 from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["GeminiBackend"]

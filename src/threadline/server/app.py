@@ -39,13 +39,17 @@ OUTBOX_SIZE = 1024
 
 
 async def backend_infos(
-    backends: Mapping[str, Backend], cli_path: str | None = None, timeout: float = 10.0
+    backends: Mapping[str, Backend],
+    cli_path: str | None = None,
+    timeout: float = 10.0,
+    cli_path_for: str | None = None,
 ) -> list[BackendInfo]:
     """Check every backend concurrently (binary found, version)."""
     infos: dict[str, BackendInfo] = {}
 
     async def one(backend: Backend) -> None:
-        check = await backend.check(cli_path if backend.id != "mock" else None)
+        # BACKEND_CLI_PATH names the default backend's binary only.
+        check = await backend.check(cli_path if backend.id == cli_path_for else None)
         infos[backend.id] = BackendInfo(
             id=backend.id,
             available=check.available,
@@ -154,7 +158,9 @@ class Server:
         self._peer.opt_out = (
             frozenset(caps.opt_out_notification_methods or ()) if caps else frozenset()
         )
-        infos = await backend_infos(self.backends, self.config.cli_path)
+        infos = await backend_infos(
+            self.backends, self.config.cli_path, cli_path_for=self.config.default_backend
+        )
         system = platform.system()
         return InitializeResponse(
             user_agent=(

@@ -176,7 +176,9 @@ class ThreadService:
             raise RpcError(
                 INVALID_PARAMS, "Invalid params: config.allowedTools must be a list of strings"
             )
-        cli_path = config.get("cliPath") or self.config.cli_path
+        # BACKEND_CLI_PATH is the default backend's binary; config.cliPath is per thread.
+        env_path = self.config.cli_path if backend.id == self.config.default_backend else None
+        cli_path = config.get("cliPath") or env_path
         settings = SessionSettings(
             thread_id=thread_id,
             cwd=cwd,

@@ -134,6 +134,7 @@ class TurnRun:
         self.started_at = int(time.time())
         self._started_mono = time.monotonic()
         self._open: dict[str, _OpenItem] = {}
+        self._final_message: AgentMessageItem | None = None
         # item id → last approval state; "pending" survives a cancelled request, so an item
         # closed by an interrupt while waiting is reported as declined (the tool never ran).
         self._approvals: dict[str, str] = {}
@@ -293,6 +294,7 @@ class TurnRun:
         )
         await thread.turn_finished(self)
         await thread.set_status_idle()
+        final = self._final_message if status == "completed" else None
         await self._notify(
             "turn/completed",
             TurnCompletedNotification(
@@ -300,8 +302,10 @@ class TurnRun:
                 turn=Turn(
                     id=self.id,
                     status=status,
-                    items=[],
-                    items_view="notLoaded",
+                    # As Codex: a completed turn carries its final answer as a summary; the
+                    # notifications remain the authoritative item list.
+                    items=[final] if final is not None else [],
+                    items_view="summary" if final is not None else "notLoaded",
                     error=error,
                     started_at=self.started_at,
                     completed_at=completed_at,
@@ -565,6 +569,8 @@ class TurnRun:
                     cls(thread_id=self.thread.id, turn_id=self.id, item_id=item.id, delta=missing),
                 )
         self._completed.add(item.id)
+        if isinstance(item, AgentMessageItem):
+            self._final_message = item
         completed_at = _now_ms()
         await self._notify(
             "item/completed",
