@@ -142,12 +142,11 @@ class Server:
                 )
                 with self._read_scope:
                     await connection.serve(receive)
-                if not self._stopping:
-                    log.info("stdin closed: shutting down")
-                    peer.close()  # nobody is listening: pending approvals fail closed
-                else:
-                    log.info("signalled: shutting down")
+                log.info("%s: shutting down", "signalled" if self._stopping else "stdin closed")
+                # Interrupt every turn first (a pending approval is withdrawn and its tool never
+                # runs; the turn is recorded as interrupted), then let go of the client.
                 await service.shutdown()
+                peer.close()
                 threads_nursery.cancel_scope.cancel()
 
     async def _run_initialize(self, call: PreparedCall) -> Any:

@@ -1,0 +1,126 @@
+"""Codex through threadline vs `codex app-server` directly: one turn, one streamed answer, same
+fake model. Reports turn/start -> first delta and total turn time for both, and the difference
+(goal: threadline adds <= 5 ms).
+
+Usage: python benchmarks/codex_overhead.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _harness import Threadline, base_env, find_cli
+from tests.fakes.openai_responses import FakeResponses, Rule, Step, Text, codex_env, codex_home
+
+
+def direct_turn(codex: str, env: dict[str, str], work: Path, warmup: bool) -> tuple[float, float]:
+    proc = subprocess.Popen(
+        [codex, "app-server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=work,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    next_id = 0
+
+    def send(method: str, params: Any) -> int:
+        nonlocal next_id
+        next_id += 1
+        proc.stdin.write(
+            json.dumps(
+                {
+                    "id": next_id,
+                    "method": method,  # type: ignore[union-attr]
+                    "params": params,
+                }
+            ).encode()
+            + b"\n"
+        )
+        proc.stdin.flush()  # type: ignore[union-attr]
+        return next_id
+
+    def result(rid: int) -> Any:
+        while True:
+            msg = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+            if msg.get("id") == rid and "method" not in msg:
+                return msg.get("result")
+
+    result(send("initialize", {"clientInfo": {"name": "bench", "version": "0"}}))
+    tid = result(send("thread/start", {"cwd": str(work), "approvalPolicy": "never"}))["thread"][
+        "id"
+    ]
+    timings = (0.0, 0.0)
+    for _ in range(2 if warmup else 1):
+        t0 = time.perf_counter()
+        send("turn/start", {"threadId": tid, "input": [{"type": "text", "text": "hi"}]})
+        first = None
+        while True:
+            msg = json.loads(proc.stdout.readline())
+            if msg.get("method") == "item/agentMessage/delta" and first is None:
+                first = time.perf_counter() - t0
+            if msg.get("method") == "turn/completed":
+                timings = (first or 0.0, time.perf_counter() - t0)
+                break
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    codex = find_cli("codex")
+    ours: list[tuple[float, float]] = []
+    theirs: list[tuple[float, float]] = []
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeResponses(
+            Rule("", [Step([Text("The quick answer streams back in a few chunks.")])])
+        ) as fake,
+    ):
+        base = Path(tmp)
+        env = base_env(codex_env(codex_home(base, fake.url)))
+        work, state = base / "work", base / "state"
+        work.mkdir()
+        state.mkdir()
+        for _ in range(args.runs):
+            theirs.append(direct_turn(codex, env, work, warmup=True))
+            tl = Threadline(
+                {
+                    **env,
+                    "THREADLINE_HOME": str(state),
+                    "AGENT_BACKEND": "codex",
+                    "BACKEND_CLI_PATH": codex,
+                }
+            )
+            try:
+                tl.call("initialize", {"clientInfo": {"name": "bench", "version": "0"}})
+                tid = tl.call("thread/start", {"cwd": str(work), "approvalPolicy": "never"})[
+                    "thread"
+                ]["id"]
+                tl.turn(tid, "warm-up")
+                ours.append(tl.turn(tid, "hi"))
+            finally:
+                tl.close()
+    for label, index in (("turn/start -> first delta", 0), ("turn/start -> turn/completed", 1)):
+        o = statistics.median(t[index] for t in ours)
+        t = statistics.median(t[index] for t in theirs)
+        print(
+            f"{label}: threadline {o * 1000:.1f} ms, codex app-server {t * 1000:.1f} ms, "
+            f"added {(o - t) * 1000:+.1f} ms, ratio {o / t:.2f}x"
+        )
+    print("goal: threadline adds <= 5 ms")
+
+
+if __name__ == "__main__":
+    main()
