@@ -18,6 +18,7 @@ import difflib
 import json
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -55,6 +56,10 @@ log = logging.getLogger("threadline.backend.acp")
 
 #: How long an agent process with no sessions stays up (the next thread reuses it).
 IDLE_CLOSE_SECONDS = 120.0
+#: After `session/load`: the history replay is over once no update came for this long...
+REPLAY_QUIET = 0.25
+#: ... or after this long in all.
+REPLAY_MAX = 10.0
 
 
 class AcpError(Exception):
@@ -174,7 +179,12 @@ class AcpHost:
     def failure(self, what: str) -> b.BackendError:
         tail = self.proc.stderr_tail(2000) if self.proc is not None else ""
         code = self.proc.returncode if self.proc is not None else None
-        message = f"{self.name} {what}" + (f" (exit code {code})" if code is not None else "")
+        message = f"{self.name} {what}"
+        if code is not None and code < 0:
+            with suppress(ValueError):
+                message += f" (killed by {signal.Signals(-code).name})"
+        elif code is not None:
+            message += f" (exit code {code})"
         if tail:
             message += f": {tail}"
         return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
@@ -229,6 +239,7 @@ class AcpHost:
     async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
         rid = self._next_id
         self._next_id += 1
+        log.debug("%s: request %s %s", self.name, rid, method)
         send, recv = trio.open_memory_channel[dict[str, Any]](1)
         self._pending[rid] = send
         try:
@@ -245,6 +256,7 @@ class AcpHost:
         finally:
             self._pending.pop(rid, None)
         error = response.get("error")
+        log.debug("%s: response %s (%s)%s", self.name, rid, method, " error" if error else "")
         if error is not None:
             if not isinstance(error, dict):
                 error = {"code": -32603, "message": str(error)}
@@ -406,6 +418,11 @@ class AcpTurnMapper:
     _message_text: list[str] = field(default_factory=list)
     _thought: ReasoningItem | None = None
     _thought_text: list[str] = field(default_factory=list)
+    #: Set once the turn is being cancelled: a command that "completes" after that was cut
+    #: short (Gemini reports its killed shell as completed, "Command cancelled by user.").
+    cancelled: bool = False
+    #: True once the agent announced a tool call this turn (its model answer was complete).
+    tool_seen: bool = False
 
     def take(self) -> list[b.BackendEvent]:
         out, self.events = self.events, []
@@ -492,7 +509,15 @@ class AcpTurnMapper:
         if kind in ("edit", "delete", "move"):
             changes = _diff_changes(call.get("content"))
             if not changes:
-                path = str(raw.get("filePath") or raw.get("file_path") or title)
+                locations = [
+                    loc.get("path")
+                    for loc in call.get("locations") or []
+                    if isinstance(loc, dict) and isinstance(loc.get("path"), str)
+                ]
+                # (Gemini's title is prose, "Writing to notes.txt": the location is the path.)
+                path = str(
+                    raw.get("filePath") or raw.get("file_path") or next(iter(locations), title)
+                )
                 if path and not os.path.isabs(path):
                     path = os.path.join(self.cwd, path)
                 new = raw.get("content")
@@ -518,6 +543,7 @@ class AcpTurnMapper:
     def start_tool(self, call: dict[str, Any]) -> ThreadItem:
         call_id = str(call.get("toolCallId") or "")
         item = self.tools.get(call_id)
+        self.tool_seen = True
         if item is None:
             item = self.tool_item(call)
             self.tools[item.id] = item
@@ -525,6 +551,7 @@ class AcpTurnMapper:
         return item
 
     def _tool(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
         call_id = str(update.get("toolCallId") or "")
         item = self.start_tool(update)
         status = update.get("status")
@@ -532,7 +559,9 @@ class AcpTurnMapper:
         if isinstance(item, CommandExecutionItem) and isinstance(raw, dict) and raw.get("command"):
             item.command = str(raw["command"])
         text = _content_text(update.get("content"))
-        if isinstance(item, CommandExecutionItem) and text:
+        # Output comes in updates only: a first `tool_call`'s content describes the call
+        # (Gemini: "[current working directory …] (description)"), it is not output.
+        if isinstance(item, CommandExecutionItem) and text and kind == "tool_call_update":
             seen = self.outputs.get(call_id, "")
             # OpenCode sends growing snapshots of the output: forward only what is new.
             if text.startswith(seen) and len(text) > len(seen):
@@ -564,6 +593,7 @@ class AcpTurnMapper:
             item.aggregated_output = out if out is not None else (text or None)
             code = meta.get("exit")
             item.exit_code = code if isinstance(code, int) else None
+            failed = failed or self.cancelled
             item.status = "declined" if declined else ("failed" if failed else "completed")
         elif isinstance(item, FileChangeItem):
             changes = _diff_changes(update.get("content"))
@@ -621,6 +651,15 @@ _PERMISSION_KIND = {
 class AcpSession(b.BackendSession):
     """A thread's ACP session on a (possibly shared) agent process."""
 
+    #: Our approval decision → the ACP permission option kind answered. A backend whose agent
+    #: grants more for `allow_always` than the user approved maps acceptForSession to
+    #: `allow_once` instead (the approval router then remembers the exact grant itself).
+    permission_kinds: dict[str, str] = _PERMISSION_KIND
+    #: Whether the agent keeps the prompt of a failed or cancelled turn in its conversation.
+    #: If not (Gemini), the session id is recorded for resume, and the role bootstrap counted
+    #: as delivered, only once a turn finished (the next prompt carries the role again).
+    keeps_unfinished_prompts: bool = True
+
     def __init__(self, host: AcpHost, settings: b.SessionSettings, backend_id: str) -> None:
         self.host = host
         self.settings = settings
@@ -630,6 +669,7 @@ class AcpSession(b.BackendSession):
         self._turn_ctx: b.TurnContext | None = None
         self._mapper: AcpTurnMapper | None = None
         self._permission_scopes: set[trio.CancelScope] = set()
+        self._emit_lock = trio.Lock()
         self._total: TokenUsageBreakdown | None = None
         #: Set by the backend: called before `session/load` (Gemini's same-minute bug).
         self.before_load: Callable[[str], Any] | None = None
@@ -692,6 +732,7 @@ class AcpSession(b.BackendSession):
         # Flush pending text first, then announce the tool item (Gemini sends no tool_call
         # before asking).
         await self._drain_now(ctx, mapper)
+        mapper.close_text()  # the text before the tool is done (as a tool_call would close it)
         item = mapper.start_tool(call)
         await self._emit(ctx, mapper)
         if isinstance(item, CommandExecutionItem):
@@ -722,24 +763,27 @@ class AcpSession(b.BackendSession):
                 decision = await ctx.request_approval(request)
         finally:
             self._permission_scopes.discard(scope)
-        if scope.cancelled_caught:
-            return {"outcome": {"outcome": "cancelled"}}
-        wanted = _PERMISSION_KIND[decision]
+        wanted = self.permission_kinds[decision]
         chosen = next((o for o in options if o.get("kind") == wanted), None)
         if chosen is None and wanted == "allow_always":
             chosen = next((o for o in options if o.get("kind") == "allow_once"), None)
-        if decision in ("decline", "cancel"):
+        if scope.cancelled_caught or decision in ("decline", "cancel"):
             # Gemini sends no update for a rejected tool: close the item ourselves.
             mapper.declined.add(item.id)
             mapper.complete_tool(item.id, failed=False, declined=True)
             await self._emit(ctx, mapper)
-        if chosen is None:
+        if scope.cancelled_caught or chosen is None:
+            # Interrupted while waiting (the turn is being cancelled): the tool never ran.
             return {"outcome": {"outcome": "cancelled"}}
         return {"outcome": {"outcome": "selected", "optionId": chosen.get("optionId")}}
 
     async def _emit(self, ctx: b.TurnContext, mapper: AcpTurnMapper) -> None:
-        for event in mapper.take():
-            await ctx.emit(event)
+        # The turn loop and a permission request (another task) both feed the mapper and emit:
+        # events are taken under the lock, so they go out in the order the mapper made them
+        # (else a message closed by the permission could overtake its last delta).
+        async with self._emit_lock:
+            for event in mapper.take():
+                await ctx.emit(event)
 
     async def _drain_now(self, ctx: b.TurnContext, mapper: AcpTurnMapper) -> None:
         while True:
@@ -747,8 +791,15 @@ class AcpSession(b.BackendSession):
                 update = self._updates.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-            if update is not None:
-                mapper.feed(update)
+            if update is None or update is _PROMPT_DONE:
+                # The turn loop must see these (end of the turn / agent gone): put it back
+                # (it is the last thing in the channel either way).
+                if update is None:
+                    self.host_died()
+                else:
+                    self.on_update(update)
+                break
+            mapper.feed(update)
         await self._emit(ctx, mapper)
 
     # lifecycle
@@ -763,8 +814,7 @@ class AcpSession(b.BackendSession):
                 self.host.sessions[sid] = self
                 self.session_id = sid
                 await self.host.request("session/load", {**params, "sessionId": sid}, timeout=120)
-                await trio.sleep(0.05)  # let the replay (not awaited by the agent) arrive
-                self._discard_updates()
+                await self._skip_replay()
             else:
                 result = await self.host.request("session/new", params, timeout=120) or {}
                 self.session_id = str(result.get("sessionId"))
@@ -786,6 +836,18 @@ class AcpSession(b.BackendSession):
         servers = self.settings.config.get("mcpServers")
         return servers if isinstance(servers, list) else []
 
+    async def _skip_replay(self) -> None:
+        """Drop the history replay of a `session/load`. Gemini streams it *after* its answer
+        (not awaited: reference §7.1, transcript f8), so a prompt sent at once would take the
+        replayed messages for its own answer. The replay is written back to back: it is over
+        once no update came for `REPLAY_QUIET` s (bounded by `REPLAY_MAX`)."""
+        with trio.move_on_after(REPLAY_MAX):
+            while True:
+                with trio.move_on_after(REPLAY_QUIET) as quiet:
+                    update = await self._updates.receive()
+                if quiet.cancelled_caught or update is None:
+                    return
+
     def _discard_updates(self) -> None:
         while True:
             try:
@@ -799,6 +861,8 @@ class AcpSession(b.BackendSession):
         self._updates_send.close()
 
     async def interrupt(self) -> None:
+        if self._mapper is not None:
+            self._mapper.cancelled = True
         for scope in list(self._permission_scopes):
             scope.cancel()  # answers the pending permission request with "cancelled"
         if self.session_id is not None and self.host.alive:
@@ -808,7 +872,8 @@ class AcpSession(b.BackendSession):
         if self.session_id is None or not self.host.alive:
             raise self.host.failure("is not running")
         self._discard_updates()
-        await ctx.set_backend_session_id(self.session_id)
+        if self.keeps_unfinished_prompts:
+            await ctx.set_backend_session_id(self.session_id)
         mapper = AcpTurnMapper(
             cwd=self.settings.cwd, backend_id=self.backend_id, new_id=ctx.new_item_id
         )
@@ -817,7 +882,8 @@ class AcpSession(b.BackendSession):
         if turn.bootstrap:
             # The role goes in once, as its own block ahead of the first prompt.
             prompt.insert(0, {"type": "text", "text": turn.bootstrap})
-            await ctx.mark_role_bootstrap_applied()
+            if self.keeps_unfinished_prompts:
+                await ctx.mark_role_bootstrap_applied()
         result: Any = None
         error: AcpError | None = None
         try:
@@ -855,22 +921,21 @@ class AcpSession(b.BackendSession):
             if call_id in mapper.declined:
                 mapper.complete_tool(call_id, failed=False, declined=True)
         await self._emit(ctx, mapper)
-        if error is not None:
-            return b.TurnOutcome(
-                "failed",
-                TurnError(
-                    message=error.message
-                    + (
-                        f": {error.data}" if error.data and not isinstance(error.data, dict) else ""
-                    ),
-                    codex_error_info=error_info_for_code(error.code, error.message),
-                ),
-            )
         result = result if isinstance(result, dict) else {}
+        stop = result.get("stopReason")
+        finished = error is None and stop != "cancelled"
+        if not self.keeps_unfinished_prompts and (finished or mapper.tool_seen):
+            # The turn is in the agent's conversation now (Gemini keeps an unfinished turn
+            # once the model's answer was complete, i.e. it called a tool): the session can be
+            # resumed, and the role went in with it.
+            await ctx.set_backend_session_id(self.session_id)
+            if turn.bootstrap:
+                await ctx.mark_role_bootstrap_applied()
+        if error is not None:
+            return b.TurnOutcome("failed", self.turn_error(error))
         usage = usage_from_prompt_result(result)
         if usage is not None:
             await ctx.emit(b.TokenUsageUpdated(self._add_usage(usage)))
-        stop = result.get("stopReason")
         if stop == "cancelled":
             return b.TurnOutcome("interrupted")
         if stop == "refusal":
@@ -883,6 +948,17 @@ class AcpSession(b.BackendSession):
         if stop in ("max_tokens", "max_turn_requests"):
             await ctx.emit(b.Warning(f"{self.backend_id} stopped early: {stop}"))
         return b.TurnOutcome("completed")
+
+    def turn_error(self, error: AcpError) -> TurnError:
+        """The failed turn's error for a `session/prompt` error answer (backends override it to
+        make their agent's error text readable)."""
+        detail = error.data
+        if isinstance(detail, dict):
+            detail = detail.get("details") or detail.get("message")
+        return TurnError(
+            message=error.message + (f": {detail}" if detail else ""),
+            codex_error_info=error_info_for_code(error.code, error.message),
+        )
 
     def _add_usage(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
         t = self._total

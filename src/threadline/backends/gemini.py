@@ -20,8 +20,10 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import glob
+import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,7 +53,7 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
-from .acp import AcpPool, AcpSession
+from .acp import AcpError, AcpPool, AcpSession
 from .cli_version import cli_version
 from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
 
@@ -113,6 +115,26 @@ async def _wait_out_session_minute(session_id: str, env: dict[str, str]) -> None
 
 
 class GeminiAcpSession(AcpSession):
+    # Gemini's "Allow for this session" (proceed_always) grants more than the user approved: for
+    # a shell command, every later command with the same root (`touch x` → any `touch`); for an
+    # edit, it switches the whole session to autoEdit. Answer "Allow" (once) instead: the
+    # approval router remembers the exact acceptForSession grant and auto-approves repeats.
+    permission_kinds = {**AcpSession.permission_kinds, "acceptForSession": "allow_once"}
+    # A prompt that failed (API error) or was cancelled while the model streamed is dropped
+    # from the conversation (observed with 0.61.0: the next API request does not carry it; a
+    # turn cancelled after a tool call is kept). Until a turn got that far there is nothing to
+    # session/load, and the role must go again with the next prompt.
+    keeps_unfinished_prompts = False
+
+    def turn_error(self, error: AcpError) -> TurnError:
+        # An API failure answers session/prompt with code = HTTP status and the API's JSON
+        # error body as the message (reference §7.5): show its text, not the JSON.
+        api = _api_error(error.message)
+        if api is None:
+            return super().turn_error(error)
+        text, code = api
+        return TurnError(message=text, codex_error_info=_info_for_status(code or error.code, text))
+
     async def configure(self) -> None:
         if self.settings.approval_policy == "never":
             # No approvals wanted: let Gemini run tools without asking.
@@ -128,8 +150,12 @@ class GeminiHeadlessSession(b.BackendSession):
     def __init__(self, settings: b.SessionSettings, binary: str) -> None:
         self.settings = settings
         self.binary = binary
+        #: True once Gemini has stored a conversation we can `--resume`: a turn succeeded.
+        #: (A first turn that failed or was killed leaves no resumable session: `--resume`
+        #: then exits 42 "No previous sessions found for this project".)
         self._started = bool(settings.backend_session_id)
         self.session_id = settings.backend_session_id or str(uuid.uuid4())
+        self._tried = False
         self._total: TokenUsageBreakdown | None = None
 
     def argv(self) -> list[str]:
@@ -146,9 +172,12 @@ class GeminiHeadlessSession(b.BackendSession):
         return argv
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if not self._started and self._tried:
+            # The last try left no resumable session (and its id may be taken: --session-id
+            # of an existing id exits 42): start over under a new id.
+            self.session_id = str(uuid.uuid4())
+        self._tried = True
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
-        if turn.bootstrap:
-            await ctx.mark_role_bootstrap_applied()
         decoder = msgspec.json.Decoder()
         message: AgentMessageItem | None = None
         text: list[str] = []
@@ -187,12 +216,9 @@ class GeminiHeadlessSession(b.BackendSession):
                         continue
                     etype = event.get("type")
                     if etype == "init":
-                        self._started = True
                         sid = event.get("session_id")
                         if isinstance(sid, str):
                             self.session_id = sid
-                            self.settings.backend_session_id = sid
-                            await ctx.set_backend_session_id(sid)
                     elif etype == "message" and event.get("role") == "assistant":
                         if message is None:
                             message = AgentMessageItem(id=ctx.new_item_id(), text="")
@@ -213,6 +239,15 @@ class GeminiHeadlessSession(b.BackendSession):
                         await ctx.emit(b.Warning(str(event.get("message", ""))))
                     elif etype == "result":
                         result = event
+                        if event.get("status") == "success" and not self._started:
+                            # Recorded only now: only a session with a finished turn resumes.
+                            self._started = True
+                            self.settings.backend_session_id = self.session_id
+                            await ctx.set_backend_session_id(self.session_id)
+                        if event.get("status") == "success" and turn.bootstrap:
+                            # The role is in the stored conversation now (a failed first turn's
+                            # session is dropped: the next turn sends the role again).
+                            await ctx.mark_role_bootstrap_applied()
                 await close_message()
                 code = await proc.wait()
                 if result is None:
@@ -239,12 +274,13 @@ class GeminiHeadlessSession(b.BackendSession):
             return b.TurnOutcome("interrupted")
         msg = str(error.get("message") or "gemini reported an error")
         meaning = _EXIT_MEANING.get(proc.returncode or 0)
-        return b.TurnOutcome(
-            "failed",
-            TurnError(
-                message=msg, codex_error_info=meaning[1] if meaning else _info_from_text(msg)
-            ),
-        )
+        info = meaning[1] if meaning else _info_from_text(msg)
+        api = _api_error(msg)
+        if api is not None:
+            # "[API Error: {json body}]" → "Gemini API error (401 UNAUTHENTICATED): ...".
+            msg, http_status = api
+            info = _info_for_status(http_status, msg) if http_status is not None else info
+        return b.TurnOutcome("failed", TurnError(message=msg, codex_error_info=info))
 
     def _add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
         t = self._total
@@ -260,6 +296,43 @@ class GeminiHeadlessSession(b.BackendSession):
             )
         )
         return ThreadTokenUsage(total=self._total, last=last)
+
+
+_GOOGLE_ERROR = re.compile(r"\{.*\}", re.DOTALL)
+_INFO_FOR_STATUS = {
+    400: "badRequest",
+    401: "unauthorized",
+    403: "unauthorized",
+    429: "rateLimitExceeded",
+}
+
+
+def _api_error(raw: str) -> tuple[str, int | None] | None:
+    """A readable text (and the HTTP status) for an error that carries the Gemini API's JSON
+    error body: the ACP prompt error's message is that body itself, headless's result says
+    ``[API Error: {body}]``. None when `raw` holds no such body."""
+    found = _GOOGLE_ERROR.search(raw)
+    if found is None:
+        return None
+    try:
+        body = json.loads(found.group(0))
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code") if isinstance(error.get("code"), int) else None
+    text = str(error.get("message") or "").strip() or "no message"
+    label = " ".join(str(x) for x in (code, error.get("status")) if x)
+    return f"Gemini API error{f' ({label})' if label else ''}: {text}", code
+
+
+def _info_for_status(code: int | None, text: str) -> str:
+    if code is not None and code in _INFO_FOR_STATUS:
+        return _INFO_FOR_STATUS[code]
+    if code is not None and 500 <= code < 600:
+        return "internalServerError"
+    return _info_from_text(text)
 
 
 def _info_from_text(message: str) -> str:
@@ -347,19 +420,13 @@ def _finish_tool(item: ThreadItem, event: dict[str, Any]) -> ThreadItem:
     error = event.get("error") if isinstance(event.get("error"), dict) else {}
     assert isinstance(error, dict)
     output = event.get("output")
+    # Refused by the approval mode / policy (headless cannot ask): it never ran.
+    refused = error.get("type") in ("policy_violation", "tool_not_registered")
     if isinstance(item, CommandExecutionItem):
-        item.status = "completed" if ok else "failed"
+        item.status = "completed" if ok else ("declined" if refused else "failed")
         item.aggregated_output = str(output) if output is not None else error.get("message")
     elif isinstance(item, FileChangeItem):
-        item.status = (
-            "completed"
-            if ok
-            else (
-                "declined"
-                if error.get("type") in ("policy_violation", "tool_not_registered")
-                else "failed"
-            )
-        )
+        item.status = "completed" if ok else ("declined" if refused else "failed")
     elif isinstance(item, DynamicToolCallItem):
         item.status = "completed" if ok else "failed"
         item.success = ok
