@@ -119,6 +119,7 @@ def _doctor() -> int:
         print(
             f"{mark}{info.id:9} path={info.path or '-'} version={info.version or '-'} "
             f"modes={'/'.join(info.modes)} capabilities={flags or 'none'}"
+            + (f" credentials: {info.credentials}" if info.credentials else "")
             + (f"  ({info.message})" if info.message else "")
         )
     selected = next(i for i in infos if i.id == config.default_backend)

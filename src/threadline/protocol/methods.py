@@ -103,6 +103,8 @@ class BackendInfo(Base, kw_only=True):
     version: str | None = None
     path: str | None = None
     message: str | None = None
+    #: A hint whether credentials look configured (never the credentials themselves).
+    credentials: str | None = None
 
 
 class InitializeResponse(Base, kw_only=True):

@@ -59,6 +59,7 @@ async def backend_infos(
             version=check.version,
             path=check.path,
             message=check.message,
+            credentials=check.credentials,
         )
 
     with trio.move_on_after(timeout):
