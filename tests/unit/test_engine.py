@@ -1628,3 +1628,47 @@ async def test_a_stale_context_cannot_reach_a_finished_turn(tmp_path: Path) -> N
         assert late == ["decline", None]
         assert not [e for e in view.events if "id" in e]
         assert "error" not in view.methods
+
+
+async def test_a_cli_found_dead_at_turn_start_is_reopened_and_the_turn_runs(
+    tmp_path: Path,
+) -> None:
+    """A backend that finds its CLI dead before the turn reached it (SessionLost) gets a fresh,
+    resumed session and the turn runs there; the client sees one normal turn."""
+    backend = ScriptedBackend()
+    attempts: list[Session] = []
+
+    async def script(ctx: Ctx, turn: Input, session: Session) -> None:
+        attempts.append(session)
+        if len(attempts) == 2:
+            session.healthy = False
+            raise b.SessionLost("the CLI died while idle")
+        await stream_message(ctx, ["all ", "good"])
+
+    backend.script = script
+    async with inproc_server({"test": backend}, tmp_path, config=config()) as c:
+        tid = await c.start_thread()
+        assert (await run_checked(c, tid)).status == "completed"
+        view = await run_checked(c, tid)
+        assert view.status == "completed"
+        assert [i["type"] for i in view.items.values()] == ["userMessage", "agentMessage"]
+        assert len(attempts) == 3 and attempts[2] is not attempts[1]
+        assert backend.sessions_opened == 2
+        assert backend.settings_seen[-1].resumed
+
+
+async def test_session_lost_after_the_turn_began_fails_the_turn(tmp_path: Path) -> None:
+    """Once part of the turn happened, a lost CLI is a failed turn, not a silent re-run."""
+    backend = ScriptedBackend()
+
+    async def script(ctx: Ctx, turn: Input, session: Session) -> None:
+        await stream_message(ctx, ["partial"])
+        session.healthy = False
+        raise b.SessionLost("the CLI died mid-turn")
+
+    backend.script = script
+    async with inproc_server({"test": backend}, tmp_path, config=config()) as c:
+        tid = await c.start_thread()
+        view = await run_checked(c, tid)
+        assert view.status == "failed"
+        assert backend.sessions_opened == 1

@@ -55,6 +55,7 @@ __all__ = [
     "ReasoningSummaryPartAdded",
     "ReasoningTextDelta",
     "RetryableError",
+    "SessionLost",
     "SessionSettings",
     "TokenUsageUpdated",
     "TurnContext",
@@ -89,6 +90,12 @@ class BackendError(Exception):
             codex_error_info=self.codex_error_info or "other",
             additional_details=self.additional_details,
         )
+
+
+class SessionLost(BackendError):
+    """The CLI turned out to be dead when a turn began (it died while idle) and nothing of the
+    turn reached it. The engine reopens the session (resuming the CLI's conversation) and runs
+    the turn once more instead of failing it."""
 
 
 # -- what the engine hands a backend ---------------------------------------------------------

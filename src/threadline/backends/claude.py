@@ -266,8 +266,9 @@ class ClaudeStreamSession(b.BackendSession):
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         proc = self.proc
-        if proc is None or self._exited.is_set():
-            raise b.BackendError("claude is not running")
+        if proc is None or self._exited.is_set() or proc.returncode is not None:
+            self.healthy = False
+            raise b.SessionLost("claude is not running")
         # Whatever arrived between turns belongs to no turn.
         while True:
             try:
@@ -276,13 +277,19 @@ class ClaudeStreamSession(b.BackendSession):
                 break
             if leftover is None:
                 self.healthy = False
-                raise _failure_from_exit(proc, "exited between turns")
+                lost = _failure_from_exit(proc, "exited between turns")
+                raise b.SessionLost(lost.message, additional_details=lost.additional_details)
         mapper = ClaudeTurnMapper(cwd=self.settings.cwd)
         self._in_turn = True
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
         try:
-            await self._write(_user_message(turn))
+            try:
+                await self._write(_user_message(turn))
+            except b.BackendError as exc:
+                raise b.SessionLost(
+                    exc.message, additional_details=exc.additional_details
+                ) from None
             async with trio.open_nursery() as nursery:
                 pending: dict[str, trio.CancelScope] = {}
                 try:

@@ -135,6 +135,7 @@ class TurnRun:
         self._started_mono = time.monotonic()
         self._open: dict[str, _OpenItem] = {}
         self._final_message: AgentMessageItem | None = None
+        self._events_seen = 0
         # item id → last approval state; "pending" survives a cancelled request, so an item
         # closed by an interrupt while waiting is reported as declined (the tool never ran).
         self._approvals: dict[str, str] = {}
@@ -215,7 +216,17 @@ class TurnRun:
                         bootstrap=thread.pending_bootstrap(),
                     )
                     self._backend_started = True
-                    outcome = await session.run_turn(turn_input, _Context(self))
+                    seen = self._events_seen
+                    try:
+                        outcome = await session.run_turn(turn_input, _Context(self))
+                    except b.SessionLost as lost:
+                        if self._events_seen != seen:
+                            raise  # part of the turn happened: report it as failed
+                        # The CLI died while idle: reopen (resuming) and run the turn again.
+                        log.info("thread %s: %s; reopening the session", thread.id, lost)
+                        thread.mark_session_unhealthy("CLI found dead at turn start")
+                        session = await thread.ensure_session()
+                        outcome = await session.run_turn(turn_input, _Context(self))
                     if outcome is not None:
                         status, error = outcome.status, outcome.error
                 if timer.cancelled_caught:
@@ -373,6 +384,7 @@ class TurnRun:
     # -- events → notifications ------------------------------------------------------------------
 
     async def handle_event(self, event: b.BackendEvent) -> None:
+        self._events_seen += 1
         if self._backend_done:
             # Events through a stale context (its run_turn is over) would reach the client
             # after this turn's turn/completed, or break item pairing: drop them.
