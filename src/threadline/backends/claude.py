@@ -38,7 +38,7 @@ from ..protocol import (
 )
 from . import base as b
 from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult
-from .cli_version import cli_version
+from .cli_version import check_cli, credentials_hint
 from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["ClaudeBackend"]
@@ -588,25 +588,16 @@ class ClaudeBackend(b.Backend):
         return resolve_executable(path, env)
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        try:
-            path = self._binary(cli_path)
-        except ProcessError as exc:
-            return b.BackendCheck(available=False, message=str(exc))
-        version = await cli_version(path)
-        env = os.environ
-        creds = (
-            "ANTHROPIC_API_KEY set"
-            if env.get("ANTHROPIC_API_KEY")
-            else "ANTHROPIC_AUTH_TOKEN set"
-            if env.get("ANTHROPIC_AUTH_TOKEN")
-            else "no API key in the environment (a logged-in CLI may still work)"
-        )
-        return b.BackendCheck(
-            available=version is not None,
-            path=path,
-            version=version,
-            credentials=creds,
-            message=None if version else "`claude --version` failed",
+        return await check_cli(
+            "claude",
+            cli_path,
+            credentials_hint(
+                [
+                    ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY set"),
+                    ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
+                ],
+                "no API key in the environment (a logged-in CLI may still work)",
+            ),
         )
 
     @asynccontextmanager

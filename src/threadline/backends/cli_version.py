@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 
 import trio
 
-__all__ = ["cli_version"]
+from .base import BackendCheck
+from .process import ProcessError, resolve_executable
+
+__all__ = ["check_cli", "cli_version", "credentials_hint"]
 
 _cache: dict[tuple[str, float], str | None] = {}
 
@@ -60,3 +64,27 @@ async def cli_version(path: str, timeout: float = 10.0) -> str | None:
             version = text.splitlines()[0] if text else None
     _cache[key] = version
     return version
+
+
+def credentials_hint(
+    checks: Sequence[tuple[str, str]], fallback: str, env: Mapping[str, str] | None = None
+) -> str:
+    """The first `(variable, hint)` whose variable is set, else `fallback` (never the value)."""
+    env = os.environ if env is None else env
+    return next((hint for var, hint in checks if env.get(var)), fallback)
+
+
+async def check_cli(name: str, cli_path: str | None, credentials: str) -> BackendCheck:
+    """The standard `Backend.check()`: binary found and runnable, its version, a hint."""
+    try:
+        path = resolve_executable(cli_path or name)
+    except ProcessError as exc:
+        return BackendCheck(available=False, message=str(exc))
+    version = await cli_version(path)
+    return BackendCheck(
+        available=version is not None,
+        path=path,
+        version=version,
+        credentials=credentials,
+        message=None if version else f"`{name} --version` failed",
+    )

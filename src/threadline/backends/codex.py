@@ -61,7 +61,7 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
-from .cli_version import cli_version
+from .cli_version import check_cli, credentials_hint
 from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["CodexBackend"]
@@ -846,24 +846,13 @@ class CodexBackend(b.Backend):
         return _EXEC_CAPS if mode == "exec" else _APP_CAPS
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        try:
-            path = resolve_executable(cli_path or "codex")
-        except ProcessError as exc:
-            return b.BackendCheck(available=False, message=str(exc))
-        version = await cli_version(path)
-        creds = (
-            "OPENAI_API_KEY set"
-            if os.environ.get("OPENAI_API_KEY")
-            else "CODEX_HOME set"
-            if os.environ.get("CODEX_HOME")
-            else "no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)"
-        )
-        return b.BackendCheck(
-            available=version is not None,
-            path=path,
-            version=version,
-            credentials=creds,
-            message=None if version else "`codex --version` failed",
+        return await check_cli(
+            "codex",
+            cli_path,
+            credentials_hint(
+                [("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")],
+                "no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
+            ),
         )
 
     @asynccontextmanager

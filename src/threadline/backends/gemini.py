@@ -54,7 +54,7 @@ from ..protocol import (
 )
 from . import base as b
 from .acp import AcpError, AcpPool, AcpSession
-from .cli_version import cli_version
+from .cli_version import check_cli, credentials_hint
 from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["GeminiBackend"]
@@ -454,24 +454,16 @@ class GeminiBackend(b.Backend):
         return _HEADLESS_CAPS if mode == "headless" else _ACP_CAPS
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        try:
-            path = resolve_executable(cli_path or "gemini")
-        except ProcessError as exc:
-            return b.BackendCheck(available=False, message=str(exc))
-        version = await cli_version(path)
-        creds = (
-            "GEMINI_API_KEY set"
-            if os.environ.get("GEMINI_API_KEY")
-            else "GOOGLE_API_KEY set"
-            if os.environ.get("GOOGLE_API_KEY")
-            else "no GEMINI_API_KEY (a logged-in CLI may still work)"
-        )
-        return b.BackendCheck(
-            available=version is not None,
-            path=path,
-            version=version,
-            credentials=creds,
-            message=None if version else "`gemini --version` failed",
+        return await check_cli(
+            "gemini",
+            cli_path,
+            credentials_hint(
+                [
+                    ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
+                    ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
+                ],
+                "no GEMINI_API_KEY (a logged-in CLI may still work)",
+            ),
         )
 
     @asynccontextmanager

@@ -62,7 +62,7 @@ from .acp import (
     AcpTurnMapper,
     error_info_for_code,
 )
-from .cli_version import cli_version
+from .cli_version import check_cli, credentials_hint
 from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["OpenCodeBackend"]
@@ -600,22 +600,13 @@ class OpenCodeBackend(b.Backend):
         return _RUN_CAPS if mode == "run" else _ACP_CAPS
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        try:
-            path = resolve_executable(cli_path or "opencode")
-        except ProcessError as exc:
-            return b.BackendCheck(available=False, message=str(exc))
-        version = await cli_version(path)
-        creds = (
-            "OPENCODE_CONFIG_CONTENT set"
-            if os.environ.get("OPENCODE_CONFIG_CONTENT")
-            else "provider credentials come from opencode's own config (opencode auth)"
-        )
-        return b.BackendCheck(
-            available=version is not None,
-            path=path,
-            version=version,
-            credentials=creds,
-            message=None if version else "`opencode --version` failed",
+        return await check_cli(
+            "opencode",
+            cli_path,
+            credentials_hint(
+                [("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set")],
+                "provider credentials come from opencode's own config (opencode auth)",
+            ),
         )
 
     @asynccontextmanager
