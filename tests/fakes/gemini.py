@@ -36,26 +36,21 @@ subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import select
 import socket
-import socketserver
-import sys
-import threading
 import time
-import traceback
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeAlias, cast
+from typing import Any, TypeAlias, cast
 from urllib.parse import urlsplit
+
+from ._base import FakeHandler, FakeServer
 
 __all__ = [
     "API_KEY",
@@ -502,48 +497,12 @@ class _Abort(Exception):
     """Stop writing this response and drop the connection."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, fake: FakeGemini) -> None:
-        self.fake = fake
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind does a reverse DNS lookup (getfqdn); skip it, it can hang.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError) or self.fake._stopping.is_set():
-            return  # the client went away (e.g. an interrupted CLI): expected
-        self.fake._record_error(traceback.format_exc())
-
-
 def _redact_path(path: str) -> str:
     # The SDK sends the key as a header, but the API also accepts ?key=...; never record it.
     return re.sub(r"([?&]key=)[^&]*", rf"\g<1>{REDACTED}", path)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"  # chunked SSE, so a dropped stream is a visible error
-    timeout = 120  # safety net for idle/preconnected sockets
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.fake._track(self.connection, threading.current_thread(), add=True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.fake._track(self.connection, threading.current_thread(), add=False)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # keep test output clean; every request is recorded instead
-
+class _Handler(FakeHandler):
     def do_POST(self) -> None:
         self._dispatch()
 
@@ -668,11 +627,6 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
-    def _drop(self) -> None:
-        self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
-
 
 def _response_id() -> str:
     return f"fake{uuid.uuid4().hex[:20]}"
@@ -782,7 +736,7 @@ class _Stream:
 # --------------------------------------------------------------------------- public facade
 
 
-class FakeGemini:
+class FakeGemini(FakeServer):
     """The fake server. Start with `start()` or ``with``; `url` goes into
     ``GOOGLE_GEMINI_BASE_URL`` (the SDK appends ``/v1beta/...``).
 
@@ -797,88 +751,7 @@ class FakeGemini:
         default: Rule | Sequence[StepLike] | StepLike | None = None,
         max_lifetime: float = 15 * 60,
     ) -> None:
-        self._lock = threading.Condition()
-        self._script = _make_script(rules, default)
-        self._requests: list[RecordedRequest] = []
-        self._errors: list[str] = []
-        self._conns: dict[socket.socket, threading.Thread] = {}
-        self._stopping = threading.Event()  # set first: cuts stalls and delays short
-        self._closed = threading.Event()  # set last: the port is closed
-        self._max_lifetime = max_lifetime
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._timer: threading.Timer | None = None
-
-    # -- lifecycle
-
-    def start(self) -> Self:
-        if self._server is not None:
-            raise RuntimeError("FakeGemini already started")
-        self._server = _Server(self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"fake-gemini:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        self._timer = threading.Timer(self._max_lifetime, self.close)
-        self._timer.daemon = True
-        self._timer.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving, cut stalls short, drop open connections, join handler threads.
-        Idempotent and callable from any thread; returns once the port is closed."""
-        with self._lock:
-            first = not self._stopping.is_set()
-            self._stopping.set()
-            server = self._server
-        if server is None:
-            self._closed.set()
-            return
-        if not first:
-            self._closed.wait(10)  # another thread (e.g. the lifetime timer) is closing
-            return
-        if self._timer is not None and self._timer is not threading.current_thread():
-            self._timer.cancel()
-        server.shutdown()
-        server.server_close()
-        with self._lock:
-            conns = dict(self._conns)
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + 5
-        for thread in [*conns.values(), self._thread]:
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-        self._closed.set()
-
-    def __enter__(self) -> Self:
-        return self if self._server is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("FakeGemini not started")
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(_Handler, _make_script(rules, default), max_lifetime, "fake-gemini")
 
     # -- scripting
 
@@ -904,12 +777,6 @@ class FakeGemini:
     @property
     def side_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.kind == "side"]
-
-    @property
-    def errors(self) -> list[str]:
-        """Tracebacks of unexpected handler failures (a test should expect none)."""
-        with self._lock:
-            return list(self._errors)
 
     def contents(self, i: int = -1) -> list[dict[str, Any]]:
         return self.model_requests[i].contents
@@ -939,28 +806,6 @@ class FakeGemini:
                 seen = [f"{r.method} {r.path}" for r in self._requests]
                 raise TimeoutError(f"expected {n} {kind} requests within {timeout}s: {seen}")
             return matching()
-
-    # -- called by handler threads
-
-    def _current_script(self) -> _Script:
-        with self._lock:
-            return self._script
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-            self._lock.notify_all()
-
-    def _record_error(self, text: str) -> None:
-        with self._lock:
-            self._errors.append(text)
-
-    def _track(self, conn: socket.socket, thread: threading.Thread, *, add: bool) -> None:
-        with self._lock:
-            if add:
-                self._conns[conn] = thread
-            else:
-                self._conns.pop(conn, None)
 
 
 def _make_script(
