@@ -46,10 +46,31 @@ __all__ = ["ClaudeBackend"]
 log = logging.getLogger("threadline.backend.claude")
 
 _STREAM_CAPS = BackendCapabilities(
-    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=False
+    approvals=True,
+    interrupt=True,
+    resume=True,
+    deltas=True,
+    reasoning=True,
+    images=False,
+    invocation=(
+        "one live `claude -p --input-format stream-json --output-format stream-json` per "
+        "thread; approvals over its control protocol (`--permission-prompt-tool stdio`); "
+        "resume with `--resume`"
+    ),
+    role_injection="`--append-system-prompt` plus one bootstrap message on the first turn",
 )
 _PRINT_CAPS = BackendCapabilities(
-    approvals=False, interrupt=False, resume=True, deltas=True, reasoning=True, images=False
+    approvals=False,
+    interrupt=False,
+    resume=True,
+    deltas=True,
+    reasoning=True,
+    images=False,
+    invocation=(
+        "`claude -p --output-format stream-json` spawned per turn, `--resume <session>` "
+        "from the 2nd turn; tools limited by `--allowedTools`"
+    ),
+    role_injection="`--append-system-prompt` plus one bootstrap message on the first turn",
 )
 _DECLINE_MESSAGE = "The user declined this tool use."
 

@@ -69,10 +69,30 @@ __all__ = ["CodexBackend"]
 log = logging.getLogger("threadline.backend.codex")
 
 _APP_CAPS = BackendCapabilities(
-    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=True
+    approvals=True,
+    interrupt=True,
+    resume=True,
+    deltas=True,
+    reasoning=True,
+    images=True,
+    invocation=(
+        "one `codex app-server` per thread (native binary), proxied 1:1; resume with "
+        "`thread/resume`"
+    ),
+    role_injection="native: `developerInstructions` / `baseInstructions` on thread/start",
 )
 _EXEC_CAPS = BackendCapabilities(
-    approvals=False, interrupt=False, resume=True, deltas=False, reasoning=True, images=False
+    approvals=False,
+    interrupt=False,
+    resume=True,
+    deltas=False,
+    reasoning=True,
+    images=False,
+    invocation=(
+        "`codex exec --json` spawned per turn (prompt on stdin), `codex exec resume "
+        "<session>` from the 2nd turn"
+    ),
+    role_injection="native: `-c developer_instructions=…` / `-c instructions=…`",
 )
 _ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
 _USAGE_DECODER = msgspec.json.Decoder(ThreadTokenUsage)

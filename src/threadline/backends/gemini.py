@@ -62,10 +62,29 @@ __all__ = ["GeminiBackend"]
 log = logging.getLogger("threadline.backend.gemini")
 
 _ACP_CAPS = BackendCapabilities(
-    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=False
+    approvals=True,
+    interrupt=True,
+    resume=True,
+    deltas=True,
+    reasoning=True,
+    images=False,
+    invocation=(
+        "one `gemini --acp` per working directory shared by its threads (ACP over stdio);"
+        " resume with `session/load`"
+    ),
+    role_injection="bootstrap text block prepended to the first prompt",
 )
 _HEADLESS_CAPS = BackendCapabilities(
-    approvals=False, interrupt=False, resume=True, deltas=True, reasoning=False, images=False
+    approvals=False,
+    interrupt=False,
+    resume=True,
+    deltas=True,
+    reasoning=False,
+    images=False,
+    invocation=(
+        "`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"
+    ),
+    role_injection="bootstrap text prepended to the first prompt",
 )
 _EXIT_MEANING = {
     41: ("authentication is not configured for gemini", "unauthorized"),

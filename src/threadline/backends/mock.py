@@ -55,7 +55,13 @@ from .process import ProcessError, open_group_process
 __all__ = ["MockBackend"]
 
 _CAPS = BackendCapabilities(
-    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True
+    approvals=True,
+    interrupt=True,
+    resume=True,
+    deltas=True,
+    reasoning=True,
+    invocation="in-process scripted agent (no CLI, no network); directives in the prompt",
+    role_injection="bootstrap message echoed on the first turn",
 )
 
 

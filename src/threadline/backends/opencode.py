@@ -70,10 +70,27 @@ __all__ = ["OpenCodeBackend"]
 log = logging.getLogger("threadline.backend.opencode")
 
 _ACP_CAPS = BackendCapabilities(
-    approvals=True, interrupt=True, resume=True, deltas=True, reasoning=True, images=False
+    approvals=True,
+    interrupt=True,
+    resume=True,
+    deltas=True,
+    reasoning=True,
+    images=False,
+    invocation=(
+        "one `opencode acp` per working directory shared by its threads (ACP over stdio);"
+        " resume with `session/load`"
+    ),
+    role_injection="bootstrap text block prepended to the first prompt",
 )
 _RUN_CAPS = BackendCapabilities(
-    approvals=False, interrupt=False, resume=True, deltas=False, reasoning=True, images=False
+    approvals=False,
+    interrupt=False,
+    resume=True,
+    deltas=False,
+    reasoning=True,
+    images=False,
+    invocation="`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn",
+    role_injection="bootstrap text prepended to the first prompt",
 )
 _ASK = {"bash": "ask", "edit": "ask", "webfetch": "ask"}
 _ALLOW = {

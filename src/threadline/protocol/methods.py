@@ -92,6 +92,10 @@ class BackendCapabilities(Base, kw_only=True):
     deltas: bool
     reasoning: bool
     images: bool = False
+    #: How threadline runs the CLI in this mode (process model and command line).
+    invocation: str = ""
+    #: How a thread's role (baseInstructions/developerInstructions) reaches the agent.
+    role_injection: str = ""
 
 
 class BackendInfo(Base, kw_only=True):
