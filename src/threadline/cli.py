@@ -97,6 +97,14 @@ def _schema(out: Path) -> int:
     return 0
 
 
+def _docs(out: Path, schemas: Path) -> int:
+    from .docgen import write_docs
+
+    for path in write_docs(out, schemas):
+        print(path)
+    return 0
+
+
 def _doctor() -> int:
     from .backends.registry import create_backends
     from .server.app import backend_infos
@@ -144,10 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     schema = sub.add_parser("schema", help="write the protocol's JSON Schemas")
     schema.add_argument("--out", type=Path, default=Path("schemas"), help="output directory")
     sub.add_parser("doctor", help="report which agent CLIs are usable here")
+    docs = sub.add_parser("docs", help="write the generated docs pages (protocol, backends)")
+    docs.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
+    docs.add_argument("--schemas", type=Path, default=Path("schemas"), help="schema directory")
     args = parser.parse_args(argv)
     _setup_logging()
     if args.command == "schema":
         return _schema(args.out)
     if args.command == "doctor":
         return _doctor()
+    if args.command == "docs":
+        return _docs(args.out, args.schemas)
     return _serve()
