@@ -1,0 +1,53 @@
+"""The Python client: drive a threadline server from trio code.
+
+    from threadline.client import spawn, accept_all
+
+    async with spawn(env={"AGENT_BACKEND": "mock"}) as client:
+        thread = (await client.start_thread(model_provider="mock", cwd="/tmp")).thread
+        turn = await client.start_turn(thread.id, "/text hello", on_request=accept_all)
+        async for notification in turn:      # typed protocol Structs, in order
+            ...
+        print(turn.completed.turn.status, turn.text)
+
+Notifications are the Structs of `threadline.protocol` (`AgentMessageDeltaNotification`,
+`ItemStartedNotification`, ...); approvals reach `on_request` (per turn) or the client's
+`approval_handler` as `ServerRequest`s and must be answered; a handler that raises, or no
+handler at all, declines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._client import ApprovalHandler, Client, RpcError, ServerClosed, TurnStream, connect
+from ._messages import Notification, ServerRequest, UnknownNotification
+from ._spawn import spawn
+
+__all__ = [
+    "ApprovalHandler",
+    "Client",
+    "Notification",
+    "RpcError",
+    "ServerClosed",
+    "ServerRequest",
+    "TurnStream",
+    "UnknownNotification",
+    "accept_all",
+    "connect",
+    "decline_all",
+    "spawn",
+]
+
+
+async def accept_all(request: ServerRequest) -> Any:
+    """An approval handler that accepts everything (questions get no answers)."""
+    if request.method == "item/tool/requestUserInput":
+        return {"answers": {}}
+    return {"decision": "accept"}
+
+
+async def decline_all(request: ServerRequest) -> Any:
+    """An approval handler that declines everything."""
+    if request.method == "item/tool/requestUserInput":
+        return {"answers": {}}
+    return {"decision": "decline"}

@@ -1,0 +1,440 @@
+"""`Client`: one JSON-RPC connection to a threadline server, over any pair of trio streams.
+
+One reader task owns the receive side: responses go to the request that waits for them,
+notifications go to the turn running on their thread (and to `subscribe()`rs), and every server
+request is answered by a handler in its own task, so a slow approval never stalls the stream.
+Sends are serialised by a lock so lines never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import msgspec
+import trio
+
+from ..protocol import (
+    CLIENT_METHODS,
+    SERVER_REQUESTS,
+    AgentMessageItem,
+    Base,
+    ClientInfo,
+    InitializeParams,
+    InitializeResponse,
+    ItemCompletedNotification,
+    ModelListResponse,
+    TextInput,
+    ThreadArchiveResponse,
+    ThreadItem,
+    ThreadListResponse,
+    ThreadReadResponse,
+    ThreadResumeResponse,
+    ThreadStartResponse,
+    Turn,
+    TurnCompletedNotification,
+    TurnStartParams,
+    UserInput,
+)
+from ..rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
+from ._messages import (
+    Envelope,
+    Notification,
+    ServerRequest,
+    UnknownNotification,
+    decode_notification,
+    decode_request_params,
+)
+
+__all__ = ["ApprovalHandler", "Client", "RpcError", "ServerClosed", "TurnStream", "connect"]
+
+log = logging.getLogger("threadline.client")
+
+#: Answers a server request: return the result (a protocol Struct such as
+#: `CommandExecutionRequestApprovalResponse(decision="accept")`, or a plain dict). Raising
+#: answers with a decline: threadline fails closed, and so does this client.
+ApprovalHandler = Callable[[ServerRequest], Awaitable[Any]]
+
+_ENVELOPE = msgspec.json.Decoder(Envelope)
+_ENCODER = msgspec.json.Encoder()
+_RESULT_DECODERS = {m: msgspec.json.Decoder(r) for m, (_p, r) in CLIENT_METHODS.items()}
+_DECLINE = {"decision": "decline"}
+
+
+class RpcError(Exception):
+    """The server answered a request with a JSON-RPC error."""
+
+    def __init__(self, method: str, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{method}: {message} (JSON-RPC error {code})")
+        self.method = method
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class ServerClosed(Exception):
+    """The server's output ended (it exited or the connection closed)."""
+
+
+class TurnStream:
+    """The notifications of one turn, in order, ending with its `TurnCompletedNotification`.
+
+    Iterate it (`async for n in turn`) or `await turn.wait()`; notifications are buffered until
+    read, so reading late loses nothing."""
+
+    def __init__(self, client: Client, thread_id: str, handler: ApprovalHandler | None) -> None:
+        self._client = client
+        self.thread_id = thread_id
+        self.handler = handler
+        #: The turn as `turn/start` answered it (status `inProgress`).
+        self.turn: Turn | None = None
+        #: Set once the turn's `turn/completed` arrived.
+        self.completed: TurnCompletedNotification | None = None
+        #: Items completed so far, in order.
+        self.items: list[ThreadItem] = []
+        self._send, self._recv = trio.open_memory_channel[Notification | ServerClosed](math.inf)
+
+    @property
+    def turn_id(self) -> str:
+        assert self.turn is not None, "turn/start has not answered yet"
+        return self.turn.id
+
+    @property
+    def text(self) -> str:
+        """The text of the turn's agent messages completed so far."""
+        return "".join(item.text for item in self.items if isinstance(item, AgentMessageItem))
+
+    def _deliver(self, notification: Notification) -> bool:
+        """Route a notification here; True when it completed the turn."""
+        if isinstance(notification, ItemCompletedNotification):
+            self.items.append(notification.item)
+        done = isinstance(notification, TurnCompletedNotification) and (
+            self.turn is None or notification.turn.id == self.turn.id
+        )
+        if done:
+            assert isinstance(notification, TurnCompletedNotification)
+            self.completed = notification
+        self._send.send_nowait(notification)
+        if done:
+            self._send.close()
+        return done
+
+    def _abort(self, error: ServerClosed) -> None:
+        if self.completed is None:
+            self._send.send_nowait(error)
+            self._send.close()
+
+    def __aiter__(self) -> AsyncIterator[Notification]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Notification]:
+        async for message in self._recv:
+            if isinstance(message, ServerClosed):
+                raise message
+            yield message
+
+    async def wait(self) -> TurnCompletedNotification:
+        """Read (and drop) the rest of the turn; return its `turn/completed`."""
+        async for _ in self:
+            pass
+        assert self.completed is not None
+        return self.completed
+
+    async def cancel(self) -> None:
+        """`turn/cancel` this turn; its stream then ends with status `interrupted`."""
+        await self._client.cancel_turn(self.thread_id, self.turn_id)
+
+
+class Client:
+    """A connection to a threadline server. Create it with `spawn()` or `connect()`."""
+
+    def __init__(
+        self,
+        send: trio.abc.SendStream,
+        receive: trio.abc.ReceiveStream,
+        *,
+        approval_handler: ApprovalHandler | None = None,
+        max_line: int = DEFAULT_MAX_LINE,
+    ) -> None:
+        self._send_stream = send
+        self._reader = LineReader(receive, max_line)
+        self.approval_handler = approval_handler
+        self._send_lock = trio.Lock()
+        self._next_id = 0
+        self._pending: dict[int, tuple[str, trio.MemorySendChannel[Envelope | ServerClosed]]] = {}
+        self._turns: dict[str, TurnStream] = {}
+        self._subscribers: list[trio.MemorySendChannel[Notification]] = []
+        self._closed: ServerClosed | None = None
+        self._nursery: trio.Nursery | None = None
+        #: The `initialize` result, once `initialize()` ran.
+        self.server_info: InitializeResponse | None = None
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Base | dict[str, Any] | None = None) -> Any:
+        """Send a request and return its result: the protocol Struct for methods threadline
+        defines (e.g. `ThreadStartResponse`), the decoded JSON otherwise. Raises `RpcError`."""
+        if self._closed is not None:
+            raise ServerClosed(str(self._closed))
+        self._next_id += 1
+        rid = self._next_id
+        send, recv = trio.open_memory_channel[Envelope | ServerClosed](1)
+        self._pending[rid] = (method, send)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            await self._write(message)
+            answer = await recv.receive()
+        finally:
+            self._pending.pop(rid, None)
+        if isinstance(answer, ServerClosed):
+            raise ServerClosed(f"{method}: {answer}")
+        if answer.error is not None:
+            error = answer.error
+            raise RpcError(
+                method, int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
+            )
+        decoder = _RESULT_DECODERS.get(method)
+        if decoder is not None:
+            return decoder.decode(answer.result)
+        return msgspec.json.decode(answer.result) if answer.result else None
+
+    async def notify(self, method: str, params: Base | dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._write(message)
+
+    async def initialize(
+        self, name: str = "threadline.client", version: str = "0", title: str | None = None
+    ) -> InitializeResponse:
+        params = InitializeParams(client_info=ClientInfo(name=name, version=version, title=title))
+        result: InitializeResponse = await self.request("initialize", params)
+        await self.notify("initialized")
+        self.server_info = result
+        return result
+
+    async def start_thread(self, **fields: Any) -> ThreadStartResponse:
+        """`thread/start`; `fields` are `ThreadStartParams` fields (`model_provider`, `cwd`,
+        `model`, `approval_policy`, `developer_instructions`, `config`, ...)."""
+        from ..protocol import ThreadStartParams
+
+        return await self.request("thread/start", ThreadStartParams(**fields))  # type: ignore[no-any-return]
+
+    async def resume_thread(self, thread_id: str, **fields: Any) -> ThreadResumeResponse:
+        from ..protocol import ThreadResumeParams
+
+        params = ThreadResumeParams(thread_id=thread_id, **fields)
+        return await self.request("thread/resume", params)  # type: ignore[no-any-return]
+
+    async def read_thread(self, thread_id: str, include_turns: bool = True) -> ThreadReadResponse:
+        from ..protocol import ThreadReadParams
+
+        params = ThreadReadParams(thread_id=thread_id, include_turns=include_turns)
+        return await self.request("thread/read", params)  # type: ignore[no-any-return]
+
+    async def list_threads(self, **fields: Any) -> ThreadListResponse:
+        from ..protocol import ThreadListParams
+
+        return await self.request("thread/list", ThreadListParams(**fields))  # type: ignore[no-any-return]
+
+    async def archive_thread(self, thread_id: str) -> ThreadArchiveResponse:
+        from ..protocol import ThreadArchiveParams
+
+        params = ThreadArchiveParams(thread_id=thread_id)
+        return await self.request("thread/archive", params)  # type: ignore[no-any-return]
+
+    async def list_models(self, model_provider: str | None = None) -> ModelListResponse:
+        from ..protocol import ModelListParams
+
+        params = ModelListParams(model_provider=model_provider)
+        return await self.request("model/list", params)  # type: ignore[no-any-return]
+
+    async def start_turn(
+        self,
+        thread_id: str,
+        prompt: str | Sequence[UserInput],
+        *,
+        on_request: ApprovalHandler | None = None,
+        **fields: Any,
+    ) -> TurnStream:
+        """`turn/start`; returns the turn's stream of notifications. `on_request` answers this
+        turn's approvals and questions (default: the client's `approval_handler`)."""
+        inputs: list[UserInput] = (
+            [TextInput(text=prompt)] if isinstance(prompt, str) else list(prompt)
+        )
+        stream = TurnStream(self, thread_id, on_request)
+        if thread_id in self._turns:
+            # The server allows one turn per thread; let it give the error, keep the live one.
+            await self.request("turn/start", TurnStartParams(thread_id=thread_id, input=inputs))
+            raise AssertionError("unreachable: turn/start on a busy thread succeeded")
+        # Registered before sending: the turn's first notifications can be read before the
+        # response has reached this task.
+        self._turns[thread_id] = stream
+        try:
+            response = await self.request(
+                "turn/start", TurnStartParams(thread_id=thread_id, input=inputs, **fields)
+            )
+        except BaseException:
+            if self._turns.get(thread_id) is stream:
+                del self._turns[thread_id]
+            raise
+        stream.turn = response.turn
+        return stream
+
+    async def run_turn(
+        self,
+        thread_id: str,
+        prompt: str | Sequence[UserInput],
+        *,
+        on_request: ApprovalHandler | None = None,
+        **fields: Any,
+    ) -> TurnStream:
+        """Start a turn and wait for it to complete; the returned stream has `completed`,
+        `items` and `text` filled in."""
+        stream = await self.start_turn(thread_id, prompt, on_request=on_request, **fields)
+        await stream.wait()
+        return stream
+
+    async def cancel_turn(self, thread_id: str, turn_id: str) -> None:
+        from ..protocol import TurnInterruptParams
+
+        await self.request("turn/cancel", TurnInterruptParams(thread_id=thread_id, turn_id=turn_id))
+
+    def subscribe(self) -> trio.MemoryReceiveChannel[Notification]:
+        """Every notification from now on (all threads), unbounded: read it or close it."""
+        send, recv = trio.open_memory_channel[Notification](math.inf)
+        self._subscribers.append(send)
+        return recv
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    async def _write(self, message: Any) -> None:
+        data = _ENCODER.encode(message) + b"\n"
+        async with self._send_lock:
+            try:
+                await self._send_stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise ServerClosed(f"cannot write to the server: {exc!r}") from exc
+
+    async def aclose(self) -> None:
+        """Close the sending side: the server sees EOF, ends its turns and exits."""
+        async with self._send_lock:
+            await self._send_stream.aclose()
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            reason = "the server closed its output"
+            try:
+                await self._read_loop(nursery)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                reason = f"the server connection broke: {exc!r}"
+            finally:
+                self._shut(ServerClosed(reason))
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                line = await self._reader.receive_line()
+            except LineTooLong as exc:
+                log.warning("skipped a server line: %s", exc)
+                continue
+            if line is None:
+                return
+            try:
+                envelope = _ENVELOPE.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                log.warning("skipped a server line that is not a JSON-RPC object: %.200r", line)
+                continue
+            if envelope.method is not None:
+                if envelope.id is None:
+                    self._route(decode_notification(envelope.method, envelope.params))
+                else:
+                    request = ServerRequest(
+                        envelope.id,
+                        envelope.method,
+                        decode_request_params(envelope.method, envelope.params),
+                    )
+                    nursery.start_soon(self._answer, request)
+            elif isinstance(envelope.id, int) and envelope.id in self._pending:
+                self._pending[envelope.id][1].send_nowait(envelope)
+            else:
+                log.warning("response to an unknown request id %r", envelope.id)
+
+    def _route(self, notification: Notification) -> None:
+        if isinstance(notification, UnknownNotification):
+            params = notification.params
+            thread_id = params.get("threadId") if isinstance(params, dict) else None
+        else:
+            thread_id = getattr(notification, "thread_id", None)
+        stream = self._turns.get(thread_id) if isinstance(thread_id, str) else None
+        if stream is not None and stream._deliver(notification):
+            del self._turns[stream.thread_id]
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber.send_nowait(notification)
+            except trio.ClosedResourceError:
+                self._subscribers.remove(subscriber)
+
+    async def _answer(self, request: ServerRequest) -> None:
+        thread_id = request.thread_id
+        stream = self._turns.get(thread_id) if thread_id else None
+        handler = (stream.handler if stream else None) or self.approval_handler
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request.id}
+        if handler is None:
+            if request.method in SERVER_REQUESTS and "Approval" in request.method:
+                reply["result"] = _DECLINE
+            else:
+                reply["error"] = {"code": -32601, "message": "this client has no handler"}
+        else:
+            try:
+                reply["result"] = await handler(request)
+            except Exception as exc:  # fail closed: a broken handler is a decline
+                log.exception("approval handler failed for %s; declining", request.method)
+                if "Approval" in request.method:
+                    reply["result"] = _DECLINE
+                else:
+                    reply["error"] = {"code": -32000, "message": f"client handler failed: {exc}"}
+        with suppress(ServerClosed):
+            await self._write(reply)
+
+    def _shut(self, error: ServerClosed) -> None:
+        self._closed = error
+        for _method, waiter in list(self._pending.values()):
+            waiter.send_nowait(error)
+        for stream in list(self._turns.values()):
+            stream._abort(error)
+        self._turns.clear()
+        for subscriber in self._subscribers:
+            subscriber.close()
+
+
+@asynccontextmanager
+async def connect(
+    send: trio.abc.SendStream,
+    receive: trio.abc.ReceiveStream,
+    *,
+    approval_handler: ApprovalHandler | None = None,
+) -> AsyncIterator[Client]:
+    """Attach to a server that is already running, over its stdin (`send`) and stdout
+    (`receive`) or any other pair of byte streams. Leaving the block closes `send`."""
+    client = Client(send, receive, approval_handler=approval_handler)
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(client._run)
+        try:
+            yield client
+        except BaseException as exc:
+            body_error = exc  # re-raised outside the nursery, not wrapped in a group
+        finally:
+            with trio.CancelScope(shield=True), suppress(trio.BrokenResourceError):
+                await client.aclose()
+            nursery.cancel_scope.cancel()
+    if body_error is not None:
+        raise body_error

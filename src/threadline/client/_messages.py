@@ -1,0 +1,89 @@
+"""Decoding what a threadline server writes into the protocol Structs.
+
+A line is decoded in two phases (envelope with `Raw` params, then the params by method), so
+each message is parsed once. A message this client version does not know (a newer method, a
+new item kind) is not an error: it arrives as `UnknownNotification` / an untyped request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..protocol import NOTIFICATIONS, SERVER_REQUESTS, Base
+
+__all__ = [
+    "Envelope",
+    "Notification",
+    "ServerRequest",
+    "UnknownNotification",
+    "decode_notification",
+    "decode_request_params",
+]
+
+
+class Envelope(msgspec.Struct):
+    # `Raw | None` does not decode objects (msgspec pitfall): an empty Raw means "absent".
+    id: int | str | None = None
+    method: str | None = None
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class UnknownNotification:
+    """A notification this client cannot type (a newer method or item kind)."""
+
+    method: str
+    params: Any
+
+
+#: What a turn stream yields: a typed notification Struct (`AgentMessageDeltaNotification`,
+#: `ItemCompletedNotification`, ...) or `UnknownNotification`.
+Notification = Base | UnknownNotification
+
+
+@dataclass(frozen=True)
+class ServerRequest:
+    """A request from the server (an approval or a question) that the client must answer.
+
+    `params` is the typed Struct (e.g. `CommandExecutionRequestApprovalParams`) or, for a
+    method this client does not know, the decoded JSON."""
+
+    id: int | str
+    method: str
+    params: Any
+
+    @property
+    def thread_id(self) -> str | None:
+        value = getattr(self.params, "thread_id", None)
+        if value is None and isinstance(self.params, dict):
+            value = self.params.get("threadId")
+        return value if isinstance(value, str) else None
+
+
+_NOTIFICATION_DECODERS = {m: msgspec.json.Decoder(t) for m, t in NOTIFICATIONS.items()}
+_REQUEST_DECODERS = {m: msgspec.json.Decoder(p) for m, (p, _r) in SERVER_REQUESTS.items()}
+
+
+def decode_notification(method: str, params: msgspec.Raw) -> Notification:
+    decoder = _NOTIFICATION_DECODERS.get(method)
+    if decoder is not None:
+        try:
+            return decoder.decode(params)
+        except msgspec.ValidationError:
+            pass  # a newer server's shape: hand it over untyped rather than drop it
+    return UnknownNotification(method, msgspec.json.decode(params) if params else None)
+
+
+def decode_request_params(method: str, params: msgspec.Raw) -> Any:
+    decoder = _REQUEST_DECODERS.get(method)
+    if decoder is not None:
+        try:
+            return decoder.decode(params)
+        except msgspec.ValidationError:
+            pass
+    return msgspec.json.decode(params) if params else None

@@ -1,0 +1,235 @@
+"""`threadline.client` end to end: the Python client spawns the real `threadline` process and
+drives it (mock backend, and the real `claude` CLI against the fake Anthropic API)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.claude_env import ClaudeEnv
+from tests.fakes.anthropic import Rule, ToolUse
+from threadline.client import (
+    RpcError,
+    ServerClosed,
+    ServerRequest,
+    UnknownNotification,
+    accept_all,
+    decline_all,
+    spawn,
+)
+from threadline.protocol import (
+    AgentMessageDeltaNotification,
+    CommandExecutionItem,
+    CommandExecutionRequestApprovalParams,
+    FileChangeItem,
+    FileChangeRequestApprovalParams,
+    ItemCompletedNotification,
+    ItemStartedNotification,
+    ThreadStartedNotification,
+    ToolRequestUserInputParams,
+    TurnCompletedNotification,
+    TurnStartedNotification,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def mock_env(home: Path, **extra: str) -> dict[str, str]:
+    return {"AGENT_BACKEND": "mock", "THREADLINE_HOME": str(home), **extra}
+
+
+async def test_streamed_turn_yields_typed_notifications_in_order(home: Path, workdir: Path) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        assert client.server_info is not None
+        assert "mock" in [b.id for b in client.server_info.backends]
+        thread = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread
+        turn = await client.start_turn(thread.id, "/reason weighing it\n/text hello there world")
+        seen = [n async for n in turn]
+
+    assert isinstance(seen[0], TurnStartedNotification) or any(
+        isinstance(n, TurnStartedNotification) for n in seen
+    )
+    assert isinstance(seen[-1], TurnCompletedNotification)
+    assert seen[-1].turn.status == "completed" and seen[-1].turn.id == turn.turn_id
+    deltas = [n.delta for n in seen if isinstance(n, AgentMessageDeltaNotification)]
+    assert len(deltas) > 1 and "".join(deltas) == "hello there world"
+    assert turn.text == "hello there world"
+    started = {n.item.id for n in seen if isinstance(n, ItemStartedNotification)}
+    completed = {n.item.id for n in seen if isinstance(n, ItemCompletedNotification)}
+    assert started == completed and len(started) == 3  # userMessage, reasoning, agentMessage
+    assert not [n for n in seen if isinstance(n, UnknownNotification)]
+
+
+async def test_approvals_reach_the_handler_typed_and_decide_what_runs(
+    home: Path, workdir: Path
+) -> None:
+    requests: list[ServerRequest] = []
+
+    async def record_then(decision: str, request: ServerRequest) -> Any:
+        requests.append(request)
+        return {"decision": decision}
+
+    async def accept(request: ServerRequest) -> Any:
+        return await record_then("accept", request)
+
+    async def decline(request: ServerRequest) -> Any:
+        return await record_then("decline", request)
+
+    async def broken(request: ServerRequest) -> Any:
+        requests.append(request)
+        raise RuntimeError("handler bug")
+
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+
+        done = await client.run_turn(tid, "/run echo ran > ran.txt", on_request=accept)
+        assert isinstance(requests[-1].params, CommandExecutionRequestApprovalParams)
+        assert requests[-1].params.command == "echo ran > ran.txt"
+        [cmd] = [i for i in done.items if isinstance(i, CommandExecutionItem)]
+        assert cmd.status == "completed" and (workdir / "ran.txt").read_text() == "ran\n"
+
+        done = await client.run_turn(tid, "/write kept.txt never", on_request=decline)
+        assert isinstance(requests[-1].params, FileChangeRequestApprovalParams)
+        [change] = [i for i in done.items if isinstance(i, FileChangeItem)]
+        assert change.status == "declined" and not (workdir / "kept.txt").exists()
+
+        # A handler that raises is a decline (fail closed), and the turn still completes.
+        done = await client.run_turn(tid, "/write bug.txt never", on_request=broken)
+        [change] = [i for i in done.items if isinstance(i, FileChangeItem)]
+        assert change.status == "declined" and not (workdir / "bug.txt").exists()
+        assert done.completed is not None and done.completed.turn.status == "completed"
+
+        # No handler at all: declined too.
+        done = await client.run_turn(tid, "/run touch none.txt")
+        [cmd] = [i for i in done.items if isinstance(i, CommandExecutionItem)]
+        assert cmd.status == "declined" and not (workdir / "none.txt").exists()
+
+        # The client-wide handler answers when the turn has none.
+        client.approval_handler = accept_all
+        await client.run_turn(tid, "/write yes.txt written")
+        assert (workdir / "yes.txt").read_text().strip() == "written"
+        client.approval_handler = decline_all
+        await client.run_turn(tid, "/write no.txt never")
+        assert not (workdir / "no.txt").exists()
+    assert len(requests) == 3
+
+
+async def test_questions_are_answered_through_the_handler(home: Path, workdir: Path) -> None:
+    async def answer(request: ServerRequest) -> Any:
+        assert isinstance(request.params, ToolRequestUserInputParams)
+        [question] = request.params.questions
+        return {"answers": {question.id: {"answers": ["Ada"]}}}
+
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        done = await client.run_turn(tid, "/ask What is your name?", on_request=answer)
+    assert "Ada" in done.text
+
+
+async def test_cancel_interrupts_the_turn_and_the_thread_takes_the_next(
+    home: Path, workdir: Path
+) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        turn = await client.start_turn(tid, "/text going\n/sleep 30")
+        async for n in turn:
+            if isinstance(n, AgentMessageDeltaNotification):
+                await turn.cancel()
+        assert turn.completed is not None and turn.completed.turn.status == "interrupted"
+        again = await client.run_turn(tid, "/text again")
+        assert again.text == "again"
+
+
+async def test_resume_in_a_new_process_and_errors_are_typed(home: Path, workdir: Path) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        events = client.subscribe()
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        started = await events.receive()
+        assert isinstance(started, ThreadStartedNotification) and started.thread.id == tid
+        await client.run_turn(tid, "/text first")
+
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        listed = await client.list_threads()
+        assert tid in [t.id for t in listed.data]
+        resumed = await client.resume_thread(tid)
+        assert resumed.thread.id == tid
+        second = await client.run_turn(tid, "/text second")
+        assert second.text == "second"
+        read = await client.read_thread(tid)
+        assert len(read.thread.turns) == 2
+
+        with pytest.raises(RpcError) as unknown:
+            await client.request("no/such/method", {})
+        assert unknown.value.code == -32601
+        with pytest.raises(RpcError) as bad:
+            await client.read_thread("../../etc")
+        assert bad.value.code in (-32600, -32602)
+        # A second turn on a busy thread is refused by the server; the live turn is untouched.
+        live = await client.start_turn(tid, "/sleep 30")
+        with pytest.raises(RpcError):
+            await client.start_turn(tid, "/text no")
+        await live.cancel()
+        assert (await live.wait()).turn.status == "interrupted"
+
+
+async def test_server_death_ends_pending_turns_and_requests(home: Path, workdir: Path) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        turn = await client.start_turn(tid, "/sleep 30")
+        pid = _server_pid()
+        os.kill(pid, signal.SIGKILL)
+        with trio.fail_after(10), pytest.raises(ServerClosed):
+            await turn.wait()
+        with pytest.raises(ServerClosed):
+            await client.list_threads()
+
+
+def _server_pid() -> int:
+    """The threadline child of this test process (the only `-m threadline` child)."""
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        if ppid == me and b"threadline" in argv:
+            return int(name)
+    raise AssertionError("no threadline child found")
+
+
+async def test_drives_the_real_claude_cli(claude_env: ClaudeEnv) -> None:
+    """The same client code drives a real CLI: a Bash approval accepted by the handler."""
+    env = claude_env
+    env.script(
+        Rule(
+            "make the file",
+            [ToolUse("Bash", {"command": "touch via-client.txt", "description": "x"}), "Made."],
+        )
+    )
+    requests: list[ServerRequest] = []
+
+    async def accept(request: ServerRequest) -> Any:
+        requests.append(request)
+        return {"decision": "accept"}
+
+    async with spawn(
+        env={**env.env(), "THREADLINE_HOME": str(env.home)}, stderr=subprocess.DEVNULL
+    ) as client:
+        tid = (await client.start_thread(model_provider="claude", cwd=str(env.work))).thread.id
+        done = await client.run_turn(tid, "make the file", on_request=accept)
+    assert done.completed is not None and done.completed.turn.status == "completed"
+    assert done.text == "Made."
+    [request] = requests
+    assert isinstance(request.params, CommandExecutionRequestApprovalParams)
+    assert request.params.command == "touch via-client.txt"
+    assert (env.work / "via-client.txt").exists()
