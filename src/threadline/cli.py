@@ -121,12 +121,16 @@ def _doctor() -> int:
         config.cli_path,
     )
     for info in infos:
-        caps = info.capabilities[info.default_mode]
-        flags = ",".join(k for k in ("approvals", "interrupt", "resume") if getattr(caps, k))
+        modes = []
+        for mode in info.modes:
+            caps = info.capabilities[mode]
+            flags = ",".join(k for k in ("approvals", "interrupt", "resume") if getattr(caps, k))
+            star = "*" if mode == info.default_mode else ""
+            modes.append(f"{mode}{star}[{flags or 'none'}]")
         mark = "ok " if info.available else "-- "
         print(
             f"{mark}{info.id:9} path={info.path or '-'} version={info.version or '-'} "
-            f"modes={'/'.join(info.modes)} capabilities={flags or 'none'}"
+            f"modes={' '.join(modes)}"
             + (f" credentials: {info.credentials}" if info.credentials else "")
             + (f"  ({info.message})" if info.message else "")
         )
@@ -138,6 +142,23 @@ def _doctor() -> int:
         )
         return 1
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .terminal import RunOptions, run_main
+
+    return run_main(
+        RunOptions(
+            prompt=args.prompt,
+            backend=args.backend,
+            model=args.model,
+            cwd=os.path.abspath(args.cwd) if args.cwd else os.getcwd(),
+            resume=args.resume,
+            json=args.json,
+            approval_policy=args.approval_policy,
+            mode=args.mode,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +176,29 @@ def main(argv: list[str] | None = None) -> int:
     docs = sub.add_parser("docs", help="write the generated docs pages (protocol, backends)")
     docs.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
     docs.add_argument("--schemas", type=Path, default=Path("schemas"), help="schema directory")
+    run = sub.add_parser(
+        "run",
+        help="run a turn in the terminal (interactive without a prompt)",
+        description="Start threadline, open a thread and run the prompt, rendering the turn "
+        "live and asking for approvals. Without a prompt, read prompts line by line. Ctrl-C "
+        "cancels the running turn; a second Ctrl-C quits. Exit status: 0 completed, "
+        "1 failed, 2 usage, 130 interrupted.",
+    )
+    run.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive session)")
+    run.add_argument("--backend", "-b", help="claude|codex|gemini|opencode|mock")
+    run.add_argument("--model", "-m", help="the model (default: the backend's)")
+    run.add_argument("--cwd", "-C", help="the thread's working directory (default: here)")
+    run.add_argument("--mode", help="the backend mode (e.g. stream|print for claude)")
+    run.add_argument(
+        "--approval-policy",
+        choices=["untrusted", "on-request", "never"],
+        help="when to ask (never: the agent runs tools without asking)",
+    )
+    run.add_argument("--resume", metavar="THREAD_ID", help="continue this thread")
+    run.add_argument("--json", action="store_true", help="print raw notifications as JSON lines")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args)
     _setup_logging()
     if args.command == "schema":
         return _schema(args.out)

@@ -36,6 +36,7 @@ async def spawn(
     initialize: bool = True,
     client_name: str = "threadline.client",
     shutdown_timeout: float = 10.0,
+    start_new_session: bool = False,
 ) -> AsyncIterator[Client]:
     """Run a threadline server for the duration of the block.
 
@@ -45,7 +46,7 @@ async def spawn(
 
     Leaving the block closes the server's stdin; the server then interrupts running turns,
     kills their CLIs and exits. It gets `shutdown_timeout` seconds before SIGTERM, then
-    SIGKILL."""
+    SIGKILL. `start_new_session` keeps a terminal's Ctrl-C from reaching the server."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     proc = await trio.lowlevel.open_process(
@@ -55,6 +56,7 @@ async def spawn(
         stderr=stderr,
         env=full_env,
         cwd=cwd,
+        start_new_session=start_new_session,
     )
     assert proc.stdin is not None and proc.stdout is not None
     client = Client(proc.stdin, proc.stdout, approval_handler=approval_handler)

@@ -1,0 +1,330 @@
+"""The `threadline run` loop: start a server, open or resume a thread, run turns, ask for
+approvals on the terminal.
+
+Content (the rendered turn, or raw notifications with `--json`) goes to stdout; everything else
+(thread id, prompts, progress) goes to stderr, so stdout can be piped. Ctrl-C cancels the
+running turn; a second Ctrl-C (or one while idle) quits. The server runs in its own session so
+the terminal's Ctrl-C reaches only this client.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ..client import Client, RpcError, ServerClosed, ServerRequest, TurnStream, spawn
+from ..protocol import (
+    CommandExecutionItem,
+    CommandExecutionRequestApprovalParams,
+    FileChangeRequestApprovalParams,
+    ThreadStartResponse,
+    ToolRequestApprovalParams,
+    ToolRequestUserInputParams,
+)
+from .render import Renderer, Style
+
+__all__ = ["RunOptions", "run_main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_CHOICES = {
+    "y": "accept",
+    "yes": "accept",
+    "n": "decline",
+    "no": "decline",
+    "a": "acceptForSession",
+    "always": "acceptForSession",
+    "c": "cancel",
+    "cancel": "cancel",
+}
+
+
+@dataclass
+class RunOptions:
+    prompt: str | None = None
+    backend: str | None = None
+    model: str | None = None
+    cwd: str | None = None
+    resume: str | None = None
+    json: bool = False
+    approval_policy: str | None = None
+    mode: str | None = None
+    #: The server command (default: this interpreter running threadline).
+    server_argv: list[str] | None = None
+
+
+def run_main(options: RunOptions) -> int:
+    return trio.run(_Session(options).main)
+
+
+class _StdinLines:
+    """Lines typed on stdin, read by one daemon thread so a read never has to be abandoned:
+    a prompt cancelled by Ctrl-C leaves the next line for the next reader."""
+
+    def __init__(self) -> None:
+        self.send, self.recv = trio.open_memory_channel[str | None](64)
+
+    def start(self) -> None:
+        token = trio.lowlevel.current_trio_token()
+
+        def pump() -> None:
+            try:
+                for raw in sys.stdin:
+                    trio.from_thread.run(self.send.send, raw.rstrip("\r\n"), trio_token=token)
+                trio.from_thread.run(self.send.send, None, trio_token=token)
+            except trio.RunFinishedError:
+                pass
+
+        threading.Thread(target=pump, name="threadline-stdin", daemon=True).start()
+
+    async def receive(self) -> str | None:
+        """The next line; None at EOF (and for ever after)."""
+        line = await self.recv.receive()
+        if line is None:
+            self.send.send_nowait(None)
+        return line
+
+
+@dataclass
+class _TurnState:
+    stream: TurnStream
+    started: float = field(default_factory=time.monotonic)
+    cancelling: bool = False
+
+
+class _Session:
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.renderer = Renderer(sys.stdout, json_mode=options.json)
+        self.err = Style.for_stream(sys.stderr)
+        self.lines = _StdinLines()
+        self.turn: _TurnState | None = None
+        self.prompt_scope: trio.CancelScope | None = None
+        self.status_shown = False
+        self.exit_code = EXIT_OK
+
+    def say(self, text: str) -> None:
+        """A line of chrome on stderr (after clearing the progress line)."""
+        self.clear_status()
+        self.renderer.newline()
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    async def main(self) -> int:
+        self.lines.start()
+        env = {"THREADLINE_LOG_LEVEL": "ERROR"} if _quiet_default() else {}
+        try:
+            async with (
+                spawn(self.options.server_argv, env=env, start_new_session=True) as client,
+                trio.open_nursery() as nursery,
+            ):
+                nursery.start_soon(self._signals, nursery.cancel_scope)
+                nursery.start_soon(self._progress)
+                self.exit_code = await self._session(client)
+                nursery.cancel_scope.cancel()
+        except ServerClosed as exc:
+            self.say(self.err.red(f"threadline: the server stopped ({exc})"))
+            return EXIT_FAILED
+        return self.exit_code
+
+    async def _session(self, client: Client) -> int:
+        o = self.options
+        opened: ThreadStartResponse
+        try:
+            if o.resume:
+                opened = await client.resume_thread(
+                    o.resume, cwd=o.cwd, model=o.model, approval_policy=o.approval_policy
+                )
+            else:
+                config = {"mode": o.mode} if o.mode else None
+                opened = await client.start_thread(
+                    model_provider=o.backend,
+                    model=o.model,
+                    cwd=o.cwd,
+                    approval_policy=o.approval_policy,
+                    config=config,
+                )
+        except RpcError as exc:
+            self.say(self.err.red(f"threadline: {exc.message}"))
+            return EXIT_USAGE
+        thread = opened.thread
+        self.say(
+            self.err.dim(
+                f"thread {thread.id} · {opened.model_provider} · {opened.model} · {opened.cwd}\n"
+                f"continue it with: threadline run --resume {thread.id}"
+            )
+        )
+        if o.prompt is not None:
+            return await self._turn(client, thread.id, o.prompt)
+        code = EXIT_OK
+        while True:
+            self.clear_status()
+            sys.stderr.write(self.err.bold("> "))
+            sys.stderr.flush()
+            line = await self.lines.receive()
+            if line is None or line.strip() in ("/exit", "/quit"):
+                return code
+            if line.strip():
+                code = await self._turn(client, thread.id, line)
+
+    async def _turn(self, client: Client, thread_id: str, prompt: str) -> int:
+        try:
+            stream = await client.start_turn(thread_id, prompt, on_request=self._on_request)
+        except RpcError as exc:
+            self.say(self.err.red(f"threadline: {exc.message}"))
+            return EXIT_FAILED
+        self.turn = _TurnState(stream)
+        try:
+            async for notification in stream:
+                self.clear_status()
+                self.renderer.notification(notification)
+        finally:
+            self.turn = None
+        completed = stream.completed
+        assert completed is not None
+        status = completed.turn.status
+        return {"completed": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(status, EXIT_FAILED)
+
+    # -- Ctrl-C and progress ---------------------------------------------------------------------
+
+    async def _signals(self, quit_scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                turn = self.turn
+                if turn is not None and not turn.cancelling:
+                    turn.cancelling = True
+                    self.say(self.err.yellow("^C cancelling the turn (Ctrl-C again to quit)"))
+                    if self.prompt_scope is not None:
+                        self.prompt_scope.cancel()
+                    with suppress(RpcError, ServerClosed):  # the turn may have ended
+                        await turn.stream.cancel()
+                else:
+                    self.say(self.err.yellow("^C"))
+                    self.exit_code = EXIT_INTERRUPTED
+                    quit_scope.cancel()
+                    return
+
+    async def _progress(self) -> None:
+        """Show that long silent work is still going: a spinner with the elapsed time on a
+        terminal, a line every 15 s otherwise."""
+        tty = sys.stderr.isatty()
+        frame = 0
+        last_line = time.monotonic()
+        while True:
+            await trio.sleep(0.25 if tty else 1.0)
+            turn = self.turn
+            if turn is None or self.prompt_scope is not None:
+                continue
+            now = time.monotonic()
+            quiet = now - self.renderer.last_output
+            what = self.renderer.current or "working"
+            elapsed = int(now - turn.started)
+            if tty and quiet > 1.0:
+                frame = (frame + 1) % len(_SPINNER)
+                sys.stderr.write(f"\r\x1b[2K{_SPINNER[frame]} {what} · {elapsed}s")
+                sys.stderr.flush()
+                self.status_shown = True
+            elif not tty and quiet > 15 and now - last_line > 15:
+                last_line = now
+                sys.stderr.write(f"… still {what} ({elapsed}s)\n")
+                sys.stderr.flush()
+
+    def clear_status(self) -> None:
+        if self.status_shown:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+            self.status_shown = False
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    async def _on_request(self, request: ServerRequest) -> Any:
+        params = request.params
+        item_id = getattr(params, "item_id", None)
+        with trio.move_on_after(1.0):  # let the stream render the item being asked about
+            while item_id is not None and item_id not in self.renderer.items:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        s = self.err
+        if isinstance(params, ToolRequestUserInputParams):
+            return await self._questions(params)
+        if isinstance(params, CommandExecutionRequestApprovalParams):
+            item = self.renderer.items.get(params.item_id)
+            command = params.command or (
+                item.command if isinstance(item, CommandExecutionItem) else "?"
+            )
+            what = f"run {s.cyan(command)}" + (f" in {params.cwd}" if params.cwd else "")
+        elif isinstance(params, FileChangeRequestApprovalParams):
+            what = "apply the file change above"
+        elif isinstance(params, ToolRequestApprovalParams):
+            what = f"use the tool {s.cyan(params.tool)}"
+        else:
+            what = f"answer {request.method}"
+        reason = getattr(params, "reason", None)
+        self.say(
+            s.bold("approval: ") + f"the agent wants to {what}" + (f" — {reason}" if reason else "")
+        )
+        while True:
+            answer = await self._ask(
+                "allow? [y]es / [n]o / [a]lways this session / [c]ancel turn: "
+            )
+            if answer is None:
+                self.say(s.yellow("(no answer: declined)"))
+                return {"decision": "decline"}
+            if answer == "\x03":
+                return {"decision": "cancel"}
+            decision = _CHOICES.get(answer.strip().lower())
+            if decision is not None:
+                return {"decision": decision}
+            self.say("please answer y, n, a or c")
+
+    async def _questions(self, params: ToolRequestUserInputParams) -> Any:
+        answers: dict[str, Any] = {}
+        for q in params.questions:
+            self.say(self.err.bold(f"question ({q.header}): ") + q.question)
+            options = q.options or []
+            for index, option in enumerate(options, 1):
+                self.say(
+                    f"  {index}. {option.label}"
+                    + (f" — {option.description}" if option.description else "")
+                )
+            answer = await self._ask("answer: ")
+            if answer is None or answer == "\x03":
+                return {"answers": answers}  # unanswered questions: the agent is told no answer
+            choice = answer.strip()
+            if choice.isdigit() and 1 <= int(choice) <= len(options):
+                choice = options[int(choice) - 1].label
+            answers[q.id] = {"answers": [choice]}
+        return {"answers": answers}
+
+    async def _ask(self, prompt: str) -> str | None:
+        """Read one line from the user; None at EOF, "\\x03" when Ctrl-C cancelled the turn."""
+        self.clear_status()
+        self.renderer.newline()
+        sys.stderr.write(self.err.bold(prompt))
+        sys.stderr.flush()
+        with trio.CancelScope() as scope:
+            self.prompt_scope = scope
+            try:
+                line = await self.lines.receive()
+            finally:
+                self.prompt_scope = None
+            # A piped answer is not echoed by a terminal: show it, so the transcript reads.
+            echo = "" if line is None or sys.stdin.isatty() else line
+            sys.stderr.write(echo + "\n")
+            return line
+        sys.stderr.write("\n")
+        return "\x03"
+
+
+def _quiet_default() -> bool:
+    """Server warnings would interleave with the rendered turn; keep them out unless the user
+    asked for a log level."""
+    import os
+
+    return "THREADLINE_LOG_LEVEL" not in os.environ

@@ -1,0 +1,171 @@
+"""`threadline run`, the terminal client, as a user runs it: a subprocess with the mock backend,
+answers typed on stdin, Ctrl-C as SIGINT."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.support.client import ROOT, descendants, wait_gone
+
+pytestmark = pytest.mark.e2e
+
+
+def run_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"THREADLINE_HOME": str(home), "AGENT_BACKEND": "mock", "NO_COLOR": "1"})
+    return env
+
+
+def run(
+    home: Path, cwd: Path, *args: str, stdin: str = "", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "threadline", "run", "--cwd", str(cwd), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=run_env(home),
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def thread_id(stderr: str) -> str:
+    match = re.search(r"--resume ([0-9a-f-]{36})", stderr)
+    assert match, stderr
+    return match.group(1)
+
+
+def test_one_prompt_renders_text_reasoning_commands_diffs_and_plan(
+    home: Path, workdir: Path
+) -> None:
+    script = "\n".join(
+        [
+            "/reason weighing it",
+            "/plan Read | Edit",
+            "/run echo from-the-command",
+            "/write notes.txt kept",
+            "/text all finished",
+        ]
+    )
+    done = run(home, workdir, script, stdin="y\ny\n")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "thinking: weighing it" in out
+    assert "[>] Read" in out and "[ ] Edit" in out
+    assert "$ echo from-the-command\nfrom-the-command\n(exit 0)" in out
+    assert "+kept" in out and "notes.txt (new)" in out
+    assert out.endswith("all finished\n— done\n"), out
+    assert out.index("from-the-command") < out.index("all finished")
+    assert (workdir / "notes.txt").read_text().strip() == "kept"
+    assert done.stderr.count("allow? [y]es") == 2
+
+
+def test_declined_and_unanswered_approvals_do_not_run(home: Path, workdir: Path) -> None:
+    done = run(home, workdir, "/run touch no.txt\n/write no2.txt x", stdin="n\n")
+    assert done.returncode == 0, done.stderr
+    assert "(declined)" in done.stdout and "(no answer: declined)" in done.stderr
+    assert not (workdir / "no.txt").exists() and not (workdir / "no2.txt").exists()
+    # garbage is asked again, not taken as an answer
+    done = run(home, workdir, "/run touch yes.txt", stdin="maybe\nyes\n")
+    assert "please answer y, n, a or c" in done.stderr
+    assert (workdir / "yes.txt").exists()
+
+
+def test_failed_turn_exit_status_and_unknown_backend(home: Path, workdir: Path) -> None:
+    done = run(home, workdir, "/fail the disk is on fire")
+    assert done.returncode == 1
+    assert "failed: the disk is on fire" in done.stdout
+    done = run(home, workdir, "--backend", "nonesuch", "/text hi")
+    assert done.returncode == 2 and "nonesuch" in done.stderr
+
+
+def test_json_mode_prints_only_notifications(home: Path, workdir: Path) -> None:
+    done = run(home, workdir, "--json", "/text hello json")
+    assert done.returncode == 0, done.stderr
+    messages = [json.loads(line) for line in done.stdout.splitlines()]
+    methods = [m["method"] for m in messages]
+    assert methods[-1] == "turn/completed" and "turn/started" in methods
+    deltas = [m["params"]["delta"] for m in messages if m["method"] == "item/agentMessage/delta"]
+    assert "".join(deltas) == "hello json"
+
+
+def test_interactive_session_and_resume(home: Path, workdir: Path) -> None:
+    done = run(home, workdir, stdin="/text first answer\n\n/text second answer\n")
+    assert done.returncode == 0, done.stderr
+    assert "first answer" in done.stdout and "second answer" in done.stdout
+    tid = thread_id(done.stderr)
+    again = run(home, workdir, "--resume", tid, "/text third answer")
+    assert again.returncode == 0, again.stderr
+    assert thread_id(again.stderr) == tid and "third answer" in again.stdout
+
+
+def sleepers(tree: dict[int, Any]) -> list[int]:
+    found = []
+    for pid in tree:
+        try:
+            if b"300" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+async def test_ctrl_c_cancels_the_turn_then_quits(home: Path, workdir: Path) -> None:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "threadline", "run", "--cwd", str(workdir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=run_env(home),
+        cwd=ROOT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out = bytearray()
+    err = bytearray()
+
+    async def pump(stream: trio.abc.ReceiveStream, buf: bytearray) -> None:
+        async for chunk in stream:
+            buf += chunk
+
+    async def wait_for(buf: bytearray, needle: bytes, timeout: float = 20) -> None:
+        with trio.fail_after(timeout):
+            while needle not in buf:  # noqa: ASYNC110 - polling the pumped output
+                await trio.sleep(0.02)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pump, proc.stdout, out)
+        nursery.start_soon(pump, proc.stderr, err)
+        await proc.stdin.send_all(b"/text started\n/run sleep 300\n")
+        await wait_for(err, b"allow?")
+        await proc.stdin.send_all(b"y\n")
+        await wait_for(out, b"$ sleep 300")
+        with trio.fail_after(10):
+            while not (sleeper := sleepers(tree := descendants(proc.pid))):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        await wait_for(out, b"interrupted")
+        cancel_s = time.monotonic() - t0
+        assert not await wait_gone({p: tree[p] for p in sleeper}, 5), "sleep 300 survived"
+        # the session goes on: another prompt works
+        await proc.stdin.send_all(b"/text still here\n")
+        await wait_for(out, b"still here")
+        proc.send_signal(signal.SIGINT)  # idle: quits
+        with trio.fail_after(20):
+            rc = await proc.wait()
+        assert not await wait_gone(tree, 5), "a process of the run survived"
+    assert rc == 130, err.decode()
+    assert b"cancelling the turn" in err
+    print(f"Ctrl-C -> interrupted shown in {cancel_s * 1000:.0f} ms")
