@@ -72,6 +72,7 @@ def _setup_logging() -> None:
 
 
 def _serve() -> int:
+    from .backends.ledger import ProcessLedger, set_ledger
     from .backends.registry import create_backends
     from .rpc.connection import DEFAULT_MAX_REQUEST
     from .server.app import Server, serve_stdio
@@ -84,7 +85,12 @@ def _serve() -> int:
     except (ConfigError, ValueError) as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
-    server = Server(config, ThreadStore.from_env(), create_backends(), max_request=max_request)
+    store = ThreadStore.from_env()
+    # CLIs left running by a server that was SIGKILLed are killed before we start our own.
+    ledger = ProcessLedger(store.root / "run")
+    ledger.reap_stale()
+    set_ledger(ledger)
+    server = Server(config, store, create_backends(), max_request=max_request)
     trio.run(serve_stdio, server)
     return 0
 

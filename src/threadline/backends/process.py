@@ -35,6 +35,8 @@ import trio
 
 from threadline.rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
 
+from .ledger import current_ledger
+
 __all__ = [
     "DEFAULT_MAX_LINE",
     "CliNotExecutable",
@@ -312,6 +314,8 @@ class GroupProcess:
         self._known: dict[int, int] = {}
         self._terminating = False
         self._terminated = trio.Event()
+        #: Processes still alive after the SIGKILL of terminate() (unkillable, e.g. state D).
+        self.survivors: list[int] = []
 
     def __repr__(self) -> str:
         return f"<GroupProcess {self.name} pid={self.pid} returncode={self._proc.poll()}>"
@@ -455,9 +459,15 @@ class GroupProcess:
         return alive
 
     def _remember(self, found: Mapping[int, _Stat]) -> None:
+        escaped: dict[int, int] = {}
         for st in found.values():
             if not st.dead:
                 self._known[st.pid] = st.start
+                if st.pgrp != self.pgid:
+                    escaped[st.pid] = st.start
+        ledger = current_ledger()
+        if escaped and ledger is not None:
+            ledger.add_escaped(self.pgid, escaped)
 
     def _track(self) -> None:
         """Cheap periodic snapshot of descendants (see `_walk_fast`)."""
@@ -536,6 +546,7 @@ class GroupProcess:
         left = self._leftovers()[1]
         if left:
             _log.warning("%s: processes survived SIGKILL: %s", self.name, left)
+        self.survivors = left
 
     async def _watch(self) -> None:
         """Remember descendants while the leader runs; on its exit, bound the pending read."""
@@ -623,6 +634,9 @@ async def open_group_process(
         exit_drain=exit_drain,
     )
     _log.debug("%s: started pid %d: %s", label, gp.pid, full_argv)
+    ledger = current_ledger()
+    if ledger is not None:
+        ledger.add_group(gp.pgid)
     body_exc: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -645,6 +659,8 @@ async def open_group_process(
     finally:
         with trio.CancelScope(shield=True):
             await gp.terminate()  # no-op unless the nursery itself failed
+            if ledger is not None and not gp.survivors:
+                ledger.remove_group(gp.pgid)
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
                     await stream.aclose()  # our pipe ends; a straggler then gets EPIPE
