@@ -705,6 +705,9 @@ class AcpSession(b.BackendSession):
                 content = "".join(lines[start : start + limit if isinstance(limit, int) else None])
             return {"content": content}
         if method == "fs/write_text_file":
+            if self._turn_ctx is None:
+                # Writes belong to a prompt turn the user started; none runs now.
+                raise AcpError(-32603, "no turn is running: threadline refuses the write")
             path = self._confined(params.get("path"))
             try:
                 await trio.Path(path).write_text(str(params.get("content", "")), encoding="utf-8")
