@@ -1,0 +1,785 @@
+/**
+ * A client for threadline: spawns the server, speaks newline-delimited JSON-RPC over its stdio,
+ * and types every request, notification and server request from the generated protocol.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+
+import { ThreadlineExitedError, ThreadlineTimeoutError, JsonRpcError, type ExitInfo } from "./errors.js";
+import { LineSplitter } from "./framing.js";
+import {
+  SERVER_NOTIFICATION_METHODS,
+  SERVER_REQUEST_METHODS,
+  type ClientRequests,
+  type ClientRequestMethod,
+  type InitializeParams,
+  type InitializeResponse,
+  type ItemCompletedNotification,
+  type RequestId,
+  type ServerNotificationMethod,
+  type ServerNotifications,
+  type ServerRequestMethod,
+  type ServerRequests,
+  type TextInput,
+  type Turn,
+  type TurnCompletedNotification,
+  type TurnStartParams,
+  type TurnStartResponse,
+} from "./generated/protocol.js";
+
+// ---- derived protocol types --------------------------------------------------------------------
+
+export type RequestParams<M extends ClientRequestMethod> = ClientRequests[M]["params"];
+export type RequestResult<M extends ClientRequestMethod> = ClientRequests[M]["result"];
+
+/** Any item of a turn (`userMessage`, `agentMessage`, `commandExecution`, `fileChange`, …),
+ * discriminated by `type`. */
+export type ThreadItem = ItemCompletedNotification["item"];
+
+/** Any server notification, discriminated by `method`. */
+export type Notification = {
+  [M in ServerNotificationMethod]: { method: M; params: ServerNotifications[M] };
+}[ServerNotificationMethod];
+
+/** Any server → client request, discriminated by `method`. */
+export type IncomingServerRequest = {
+  [M in ServerRequestMethod]: { id: RequestId; method: M; params: ServerRequests[M]["params"] };
+}[ServerRequestMethod];
+
+/** Any valid answer to a server request. */
+export type ServerRequestResult = ServerRequests[ServerRequestMethod]["result"];
+
+/** Params of any server request. */
+export type ServerRequestParams = ServerRequests[ServerRequestMethod]["params"];
+
+/** Passed to server request handlers. */
+export interface ServerRequestContext {
+  /** The JSON-RPC id of the request. */
+  id: RequestId;
+  /** The whole request, discriminated by `method`: `switch (context.request.method)` narrows
+   * `context.request.params` to that method's params type. */
+  request: IncomingServerRequest;
+  /** Aborted when threadline withdraws the request (turn interrupted, approval timed out, …). */
+  signal: AbortSignal;
+}
+
+/** Answers server requests (approvals, questions) that have no per-method handler. Throwing,
+ * or no handler at all, answers `{"decision": "decline"}` — threadline also treats anything
+ * unexpected as a decline. For params typed exactly per method, use
+ * {@link ThreadlineClient.handle} or narrow on `context.request.method`. */
+export type ServerRequestHandler = (
+  method: ServerRequestMethod,
+  params: ServerRequestParams,
+  context: ServerRequestContext,
+) => Promise<ServerRequestResult> | ServerRequestResult;
+
+/** A handler for one server request method (see {@link ThreadlineClient.handle}). */
+export type MethodHandler<M extends ServerRequestMethod> = (
+  params: ServerRequests[M]["params"],
+  context: ServerRequestContext,
+) => Promise<ServerRequests[M]["result"]> | ServerRequests[M]["result"];
+
+/** Things worth knowing that are not protocol messages: garbage on stdout, a response nobody
+ * waits for, a listener or handler that threw, a notification method this client does not know. */
+export type Diagnostic =
+  | { kind: "invalidLine"; line: string; error: string }
+  | { kind: "unexpectedMessage"; message: unknown }
+  | { kind: "unknownNotification"; method: string; params: unknown }
+  | { kind: "unknownServerRequest"; method: string; params: unknown }
+  | { kind: "listenerError"; error: unknown }
+  | { kind: "handlerError"; method: string; error: unknown }
+  | { kind: "streamError"; stream: "stdin" | "stdout" | "stderr"; error: Error }
+  | { kind: "processError"; error: Error };
+
+export interface ThreadlineClientOptions {
+  /** Executable to run. Default: the first word of `$THREADLINE_COMMAND`, else `threadline`. */
+  command?: string;
+  /** Arguments. Default: the remaining words of `$THREADLINE_COMMAND`, else none. When
+   * `command` is given, `args` defaults to none. */
+  args?: readonly string[];
+  /** Variables for the child, laid over this process's environment (a value of `undefined`
+   * removes a variable). */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** Start from an empty environment instead of this process's (default: false). */
+  replaceEnv?: boolean;
+  /** Working directory of the child. */
+  cwd?: string;
+  /** Answers server requests that have no per-method handler (see {@link ThreadlineClient.handle}). */
+  onServerRequest?: ServerRequestHandler;
+  /** How much of stderr (characters) {@link ThreadlineClient.stderr} keeps. Default 64 KiB. */
+  stderrLimit?: number;
+}
+
+export interface RequestOptions {
+  /** Reject with {@link ThreadlineTimeoutError} after this many ms (the request stays sent). */
+  timeoutMs?: number;
+  /** Reject with the signal's reason when aborted. */
+  signal?: AbortSignal;
+}
+
+export interface TurnOptions {
+  /** Reject `completed` with {@link ThreadlineTimeoutError} after this many ms. */
+  timeoutMs?: number;
+}
+
+/** The outcome of a turn: its final state and everything threadline reported about it. */
+export interface TurnResult {
+  /** The turn from `turn/completed` (`status`: completed | interrupted | failed). */
+  turn: Turn;
+  /** The `turn/completed` notification's params. */
+  completed: TurnCompletedNotification;
+  /** The turn's notifications in arrival order (including `turn/completed`). */
+  notifications: Notification[];
+  /** The server requests (approvals, questions) made during the turn. */
+  serverRequests: IncomingServerRequest[];
+}
+
+/** A started turn (see {@link ThreadlineClient.startTurn}). */
+export interface TurnHandle {
+  threadId: string;
+  turnId: string;
+  /** The `turn/start` result. */
+  started: TurnStartResponse;
+  /** The turn's notifications so far (grows until the turn completes). */
+  readonly notifications: readonly Notification[];
+  /** Resolves at the turn's `turn/completed`; rejects if threadline exits first or on timeout. */
+  completed: Promise<TurnResult>;
+  /** Sends `turn/cancel` for this turn. */
+  cancel(): Promise<void>;
+}
+
+export interface CloseOptions {
+  /** How long to wait for a clean exit after closing stdin before SIGTERM. Default 5000. */
+  timeoutMs?: number;
+  /** How long to wait after SIGTERM before SIGKILL. Default 2000. */
+  killTimeoutMs?: number;
+}
+
+/** `[{type: "text", text}]`: the usual `turn/start` input. */
+export function textInput(text: string): TextInput[] {
+  return [{ type: "text", text }];
+}
+
+/** The command and arguments used when none are given: `$THREADLINE_COMMAND` split on
+ * whitespace, else `threadline`. */
+export function defaultCommand(
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): { command: string; args: string[] } {
+  const words = (env.THREADLINE_COMMAND ?? "").split(/\s+/).filter((w) => w.length > 0);
+  const [command, ...args] = words;
+  return command === undefined ? { command: "threadline", args: [] } : { command, args };
+}
+
+// ---- internals ---------------------------------------------------------------------------------
+
+type Json = Record<string, unknown>;
+
+interface Pending {
+  method: string;
+  resolve(value: unknown): void;
+  reject(error: Error): void;
+  cleanup(): void;
+}
+
+interface TurnWatch {
+  threadId: string;
+  turnId: string | undefined;
+  /** Notifications of the thread that arrived before the turn id was known. */
+  early: Notification[];
+  earlyRequests: IncomingServerRequest[];
+  notifications: Notification[];
+  serverRequests: IncomingServerRequest[];
+  finish(result: TurnResult): void;
+  fail(error: Error): void;
+}
+
+const NOTIFICATION_SET: ReadonlySet<string> = new Set(SERVER_NOTIFICATION_METHODS);
+const SERVER_REQUEST_SET: ReadonlySet<string> = new Set(SERVER_REQUEST_METHODS);
+const DECLINE = { decision: "decline" } as const;
+const METHOD_NOT_FOUND = -32601;
+
+function isObject(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function isRequestId(value: unknown): value is RequestId {
+  return typeof value === "string" || (typeof value === "number" && Number.isInteger(value));
+}
+
+function idKey(id: RequestId): string {
+  return typeof id === "number" ? `n:${id}` : `s:${id}`;
+}
+
+/** `params.threadId` and `params.turnId` (or `params.turn.id`) of a message, if present. */
+function scopeOf(params: unknown): { threadId?: string; turnId?: string } {
+  if (!isObject(params)) return {};
+  const scope: { threadId?: string; turnId?: string } = {};
+  if (typeof params.threadId === "string") scope.threadId = params.threadId;
+  if (typeof params.turnId === "string") scope.turnId = params.turnId;
+  else if (isObject(params.turn) && typeof params.turn.id === "string") scope.turnId = params.turn.id;
+  return scope;
+}
+
+function belongs(watch: TurnWatch, params: unknown): boolean {
+  const scope = scopeOf(params);
+  if (scope.threadId !== watch.threadId) return false;
+  return scope.turnId === undefined || scope.turnId === watch.turnId;
+}
+
+/** Resolves true when `promise` settles within `ms`, else false (the timer is cleared). */
+function settleWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    void promise.then(() => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}
+
+// ---- the client --------------------------------------------------------------------------------
+
+/**
+ * One threadline process and the JSON-RPC session with it.
+ *
+ * ```ts
+ * const client = new ThreadlineClient({ env: { AGENT_BACKEND: "mock" } });
+ * await client.initialize();
+ * const { thread } = await client.request("thread/start", { modelProvider: "mock", cwd });
+ * const result = await client.runTurn({ threadId: thread.id, input: textInput("/text hi") });
+ * await client.close();
+ * ```
+ */
+export class ThreadlineClient {
+  /** Resolves when the process has exited and its stdout is drained (never rejects). */
+  readonly exited: Promise<ExitInfo>;
+  /** The command line that was run. */
+  readonly command: string;
+  readonly args: readonly string[];
+
+  private readonly child: ChildProcessWithoutNullStreams;
+  private readonly splitter = new LineSplitter();
+  private nextId = 1;
+  private readonly pending = new Map<string, Pending>();
+  private readonly listeners = new Map<string, Set<(params: never) => void>>();
+  private readonly anyListeners = new Set<(notification: Notification) => void>();
+  private readonly stderrListeners = new Set<(text: string) => void>();
+  private readonly diagnosticListeners = new Set<(diagnostic: Diagnostic) => void>();
+  private readonly methodHandlers = new Map<string, MethodHandler<ServerRequestMethod>>();
+  private readonly openServerRequests = new Map<string, AbortController>();
+  private readonly turnWatches = new Set<TurnWatch>();
+  private generalHandler: ServerRequestHandler | undefined;
+  private stderrTail = "";
+  private readonly stderrLimit: number;
+  private exitInfo: ExitInfo | undefined;
+  private resolveExited!: (info: ExitInfo) => void;
+
+  constructor(options: ThreadlineClientOptions = {}) {
+    const fallback = defaultCommand();
+    this.command = options.command ?? fallback.command;
+    this.args = options.args ? [...options.args] : options.command ? [] : fallback.args;
+    this.generalHandler = options.onServerRequest;
+    this.stderrLimit = options.stderrLimit ?? 64 * 1024;
+    this.exited = new Promise<ExitInfo>((resolve) => {
+      this.resolveExited = resolve;
+    });
+
+    const env: Record<string, string> = {};
+    const layers = options.replaceEnv ? [options.env ?? {}] : [process.env, options.env ?? {}];
+    for (const layer of layers) {
+      for (const [key, value] of Object.entries(layer)) {
+        if (value === undefined) delete env[key];
+        else env[key] = value;
+      }
+    }
+
+    this.child = spawn(this.command, [...this.args], {
+      cwd: options.cwd,
+      env,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    const child = this.child;
+
+    let exitCode: number | null = null;
+    let exitSignal: NodeJS.Signals | null = null;
+    let exitTimer: NodeJS.Timeout | undefined;
+    child.on("error", (error) => {
+      // Spawn failures (ENOENT, EACCES) come here, and there is no 'exit' then.
+      if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) {
+        this.finish({ code: child.exitCode, signal: child.signalCode, error });
+      } else {
+        this.diagnose({ kind: "processError", error });
+      }
+    });
+    child.on("exit", (code, signal) => {
+      exitCode = code;
+      exitSignal = signal;
+      // 'close' follows once stdout is drained; a grandchild holding the pipes open must not
+      // keep the client waiting forever.
+      exitTimer = setTimeout(() => this.finish({ code, signal }), 2000);
+      exitTimer.unref();
+    });
+    child.on("close", (code: number | null, signal: NodeJS.Signals | null) => {
+      if (exitTimer) clearTimeout(exitTimer);
+      this.finish({ code: code ?? exitCode, signal: signal ?? exitSignal });
+    });
+
+    child.stdout.on("data", (chunk: Buffer) => {
+      for (const line of this.splitter.push(chunk)) this.handleLine(line);
+    });
+    child.stdout.on("end", () => {
+      for (const line of this.splitter.end()) this.handleLine(line);
+    });
+    child.stdout.on("error", (error) => this.diagnose({ kind: "streamError", stream: "stdout", error }));
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (text: string) => {
+      this.stderrTail = (this.stderrTail + text).slice(-this.stderrLimit);
+      for (const listener of this.stderrListeners) this.callListener(() => listener(text));
+    });
+    child.stderr.on("error", (error) => this.diagnose({ kind: "streamError", stream: "stderr", error }));
+    // EPIPE after the server exited must not crash the host process.
+    child.stdin.on("error", (error) => this.diagnose({ kind: "streamError", stream: "stdin", error }));
+  }
+
+  /** The process id (undefined if it could not be started). */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** The last `stderrLimit` characters threadline wrote to stderr (logs; never protocol). */
+  get stderr(): string {
+    return this.stderrTail;
+  }
+
+  /** Set once the process has exited. */
+  get exitStatus(): ExitInfo | undefined {
+    return this.exitInfo;
+  }
+
+  // ---- requests --------------------------------------------------------------------------------
+
+  /** Sends a request; resolves with its typed result, rejects with {@link JsonRpcError} on an
+   * error response, {@link ThreadlineExitedError} if the process exits first. */
+  request<M extends ClientRequestMethod>(
+    method: M,
+    params: RequestParams<M>,
+    options: RequestOptions = {},
+  ): Promise<RequestResult<M>> {
+    return this.requestUntyped(method, params, options) as Promise<RequestResult<M>>;
+  }
+
+  /** Like {@link request} for any method name; the result is `unknown`. */
+  requestUntyped(method: string, params?: unknown, options: RequestOptions = {}): Promise<unknown> {
+    if (this.exitInfo) {
+      return Promise.reject(new ThreadlineExitedError(`sending ${method}`, this.exitInfo, this.stderrTail));
+    }
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason);
+    const id = this.nextId++;
+    const key = idKey(id);
+    return new Promise<unknown>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const onAbort = (): void => {
+        this.pending.get(key)?.cleanup();
+        reject(options.signal?.reason);
+      };
+      const entry: Pending = {
+        method,
+        resolve,
+        reject,
+        cleanup: () => {
+          this.pending.delete(key);
+          if (timer) clearTimeout(timer);
+          options.signal?.removeEventListener("abort", onAbort);
+        },
+      };
+      this.pending.set(key, entry);
+      if (options.timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          entry.cleanup();
+          reject(new ThreadlineTimeoutError(method, options.timeoutMs ?? 0));
+        }, options.timeoutMs);
+      }
+      options.signal?.addEventListener("abort", onAbort, { once: true });
+      const message: Json = { jsonrpc: "2.0", id, method };
+      if (params !== undefined) message.params = params;
+      this.write(message);
+    });
+  }
+
+  /** Sends a client notification (no answer). */
+  notify(method: string, params?: unknown): void {
+    const message: Json = { jsonrpc: "2.0", method };
+    if (params !== undefined) message.params = params;
+    this.write(message);
+  }
+
+  /** `initialize` (with a default `clientInfo`), then the `initialized` notification. */
+  async initialize(params: Partial<InitializeParams> = {}): Promise<InitializeResponse> {
+    const result = await this.request("initialize", {
+      ...params,
+      clientInfo: params.clientInfo ?? { name: "threadline-ts", version: "0.1.0" },
+    });
+    this.notify("initialized");
+    return result;
+  }
+
+  // ---- notifications ---------------------------------------------------------------------------
+
+  /** Listens to one notification method; returns a function that removes the listener. */
+  on<M extends ServerNotificationMethod>(
+    method: M,
+    listener: (params: ServerNotifications[M]) => void,
+  ): () => void {
+    let set = this.listeners.get(method);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(method, set);
+    }
+    set.add(listener);
+    return () => this.off(method, listener);
+  }
+
+  off<M extends ServerNotificationMethod>(
+    method: M,
+    listener: (params: ServerNotifications[M]) => void,
+  ): void {
+    this.listeners.get(method)?.delete(listener);
+  }
+
+  /** Listens to every notification; returns a function that removes the listener. */
+  onNotification(listener: (notification: Notification) => void): () => void {
+    this.anyListeners.add(listener);
+    return () => this.anyListeners.delete(listener);
+  }
+
+  /** Resolves with the params of the next `method` notification that satisfies `predicate`. */
+  waitFor<M extends ServerNotificationMethod>(
+    method: M,
+    predicate: (params: ServerNotifications[M]) => boolean = () => true,
+    options: { timeoutMs?: number } = {},
+  ): Promise<ServerNotifications[M]> {
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = (): void => {
+        off();
+        offExit();
+        if (timer) clearTimeout(timer);
+      };
+      const off = this.on(method, (params) => {
+        if (!predicate(params)) return;
+        done();
+        resolve(params);
+      });
+      const offExit = this.onExitInternal((info) => {
+        done();
+        reject(new ThreadlineExitedError(`${method} arrived`, info, this.stderrTail));
+      });
+      if (options.timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          done();
+          reject(new ThreadlineTimeoutError(`waiting for ${method}`, options.timeoutMs ?? 0));
+        }, options.timeoutMs);
+      }
+    });
+  }
+
+  /** stderr text as it arrives (threadline's logs; never parsed). */
+  onStderr(listener: (text: string) => void): () => void {
+    this.stderrListeners.add(listener);
+    return () => this.stderrListeners.delete(listener);
+  }
+
+  /** Non-protocol events worth logging (see {@link Diagnostic}). */
+  onDiagnostic(listener: (diagnostic: Diagnostic) => void): () => void {
+    this.diagnosticListeners.add(listener);
+    return () => this.diagnosticListeners.delete(listener);
+  }
+
+  // ---- server requests -------------------------------------------------------------------------
+
+  /** Sets (or clears) the general server request handler. */
+  setServerRequestHandler(handler: ServerRequestHandler | undefined): void {
+    this.generalHandler = handler;
+  }
+
+  /** Answers one server request method with `handler` (takes precedence over the general
+   * handler); returns a function that removes it. */
+  handle<M extends ServerRequestMethod>(method: M, handler: MethodHandler<M>): () => void {
+    const stored = handler as unknown as MethodHandler<ServerRequestMethod>;
+    this.methodHandlers.set(method, stored);
+    return () => {
+      if (this.methodHandlers.get(method) === stored) this.methodHandlers.delete(method);
+    };
+  }
+
+  // ---- turns -----------------------------------------------------------------------------------
+
+  /** Sends `turn/start` and returns a handle whose `completed` resolves at `turn/completed`,
+   * with the turn's notifications (collection starts before the request is sent). */
+  async startTurn(params: TurnStartParams, options: TurnOptions = {}): Promise<TurnHandle> {
+    let finish!: (result: TurnResult) => void;
+    let fail!: (error: Error) => void;
+    const completed = new Promise<TurnResult>((resolve, reject) => {
+      finish = resolve;
+      fail = reject;
+    });
+    // A caller that never awaits `completed` must not get an unhandled rejection.
+    completed.catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    const watch: TurnWatch = {
+      threadId: params.threadId,
+      turnId: undefined,
+      early: [],
+      earlyRequests: [],
+      notifications: [],
+      serverRequests: [],
+      finish: (result) => {
+        this.turnWatches.delete(watch);
+        if (timer) clearTimeout(timer);
+        finish(result);
+      },
+      fail: (error) => {
+        this.turnWatches.delete(watch);
+        if (timer) clearTimeout(timer);
+        fail(error);
+      },
+    };
+    this.turnWatches.add(watch);
+    let started: TurnStartResponse;
+    try {
+      started = await this.request("turn/start", params);
+    } catch (error) {
+      this.turnWatches.delete(watch);
+      throw error;
+    }
+    const turnId = started.turn.id;
+    watch.turnId = turnId;
+    for (const n of watch.early) this.routeToWatch(watch, n);
+    for (const r of watch.earlyRequests) if (belongs(watch, r.params)) watch.serverRequests.push(r);
+    watch.early = [];
+    watch.earlyRequests = [];
+    if (this.turnWatches.has(watch) && options.timeoutMs !== undefined) {
+      const ms = options.timeoutMs;
+      timer = setTimeout(() => watch.fail(new ThreadlineTimeoutError(`turn ${turnId}`, ms)), ms);
+    }
+    return {
+      threadId: params.threadId,
+      turnId,
+      started,
+      notifications: watch.notifications,
+      completed,
+      cancel: async () => {
+        await this.request("turn/cancel", { threadId: params.threadId, turnId });
+      },
+    };
+  }
+
+  /** Runs a turn to its end: {@link startTurn}, then its `completed`. */
+  async runTurn(params: TurnStartParams, options: TurnOptions = {}): Promise<TurnResult> {
+    const handle = await this.startTurn(params, options);
+    return handle.completed;
+  }
+
+  // ---- closing ---------------------------------------------------------------------------------
+
+  /** Closes stdin and waits for threadline to exit; after `timeoutMs` sends SIGTERM, after
+   * `killTimeoutMs` more SIGKILL. Pending requests are rejected when the process exits. */
+  async close(options: CloseOptions = {}): Promise<ExitInfo> {
+    const { timeoutMs = 5000, killTimeoutMs = 2000 } = options;
+    if (this.exitInfo) return this.exitInfo;
+    if (!this.child.stdin.destroyed) this.child.stdin.end();
+    if (await settleWithin(this.exited, timeoutMs)) return this.exited;
+    this.child.kill("SIGTERM");
+    if (await settleWithin(this.exited, killTimeoutMs)) return this.exited;
+    this.child.kill("SIGKILL");
+    return this.exited;
+  }
+
+  /** Sends a signal to the process. */
+  kill(signal: NodeJS.Signals = "SIGTERM"): boolean {
+    return this.child.kill(signal);
+  }
+
+  // ---- internals -------------------------------------------------------------------------------
+
+  private write(message: Json): void {
+    if (this.exitInfo || !this.child.stdin.writable) return;
+    this.child.stdin.write(JSON.stringify(message) + "\n");
+  }
+
+  private handleLine(line: string): void {
+    if (line.trim() === "") return;
+    let message: unknown;
+    try {
+      message = JSON.parse(line);
+    } catch (error) {
+      this.diagnose({ kind: "invalidLine", line, error: String(error) });
+      return;
+    }
+    if (Array.isArray(message)) {
+      for (const m of message) this.handleMessage(m);
+    } else {
+      this.handleMessage(message);
+    }
+  }
+
+  private handleMessage(message: unknown): void {
+    if (!isObject(message)) {
+      this.diagnose({ kind: "unexpectedMessage", message });
+      return;
+    }
+    const { method, id } = message;
+    if (typeof method === "string") {
+      if (isRequestId(id)) void this.handleServerRequest(id, method, message.params);
+      else if (id === undefined || id === null) this.handleNotification(method, message.params);
+      else this.diagnose({ kind: "unexpectedMessage", message });
+      return;
+    }
+    const entry = isRequestId(id) ? this.pending.get(idKey(id)) : undefined;
+    if (!entry) {
+      this.diagnose({ kind: "unexpectedMessage", message });
+      return;
+    }
+    entry.cleanup();
+    const error = message.error;
+    if (isObject(error)) {
+      const code = typeof error.code === "number" ? error.code : -32603;
+      const text = typeof error.message === "string" ? error.message : JSON.stringify(error);
+      entry.reject(new JsonRpcError(entry.method, code, text, error.data));
+    } else if ("result" in message) {
+      entry.resolve(message.result);
+    } else {
+      entry.reject(new JsonRpcError(entry.method, -32603, "response without result or error"));
+    }
+  }
+
+  private handleNotification(method: string, params: unknown): void {
+    if (!NOTIFICATION_SET.has(method)) {
+      this.diagnose({ kind: "unknownNotification", method, params });
+      return;
+    }
+    const notification = { method, params } as Notification;
+    if (notification.method === "serverRequest/resolved") {
+      const rid = notification.params.requestId;
+      if (isRequestId(rid)) this.openServerRequests.get(idKey(rid))?.abort();
+    }
+    for (const watch of [...this.turnWatches]) {
+      if (watch.turnId === undefined) {
+        if (scopeOf(params).threadId === watch.threadId) watch.early.push(notification);
+      } else {
+        this.routeToWatch(watch, notification);
+      }
+    }
+    const set = this.listeners.get(method);
+    if (set) {
+      for (const listener of [...set]) {
+        this.callListener(() => (listener as (p: unknown) => void)(params));
+      }
+    }
+    for (const listener of [...this.anyListeners]) this.callListener(() => listener(notification));
+  }
+
+  private routeToWatch(watch: TurnWatch, notification: Notification): void {
+    if (!belongs(watch, notification.params)) return;
+    watch.notifications.push(notification);
+    if (notification.method === "turn/completed" && notification.params.turn.id === watch.turnId) {
+      watch.finish({
+        turn: notification.params.turn,
+        completed: notification.params,
+        notifications: watch.notifications,
+        serverRequests: watch.serverRequests,
+      });
+    }
+  }
+
+  private async handleServerRequest(id: RequestId, method: string, params: unknown): Promise<void> {
+    if (!SERVER_REQUEST_SET.has(method)) {
+      this.diagnose({ kind: "unknownServerRequest", method, params });
+      this.write({
+        jsonrpc: "2.0",
+        id,
+        error: { code: METHOD_NOT_FOUND, message: `Method not found: ${method}` },
+      });
+      return;
+    }
+    const request = { id, method, params } as IncomingServerRequest;
+    for (const watch of this.turnWatches) {
+      if (watch.turnId === undefined) {
+        if (scopeOf(params).threadId === watch.threadId) watch.earlyRequests.push(request);
+      } else if (belongs(watch, params)) {
+        watch.serverRequests.push(request);
+      }
+    }
+    const key = idKey(id);
+    const controller = new AbortController();
+    this.openServerRequests.set(key, controller);
+    const context: ServerRequestContext = { id, request, signal: controller.signal };
+    let result: unknown;
+    try {
+      const specific = this.methodHandlers.get(method);
+      if (specific) {
+        result = await specific(request.params as never, context);
+      } else if (this.generalHandler) {
+        result = await this.generalHandler(request.method, request.params, context);
+      } else {
+        result = DECLINE;
+      }
+      if (!isObject(result)) throw new TypeError(`handler answered ${JSON.stringify(result)}`);
+    } catch (error) {
+      this.diagnose({ kind: "handlerError", method, error });
+      result = DECLINE;
+    } finally {
+      this.openServerRequests.delete(key);
+    }
+    // A request threadline withdrew (serverRequest/resolved) needs no answer.
+    if (controller.signal.aborted) return;
+    this.write({ jsonrpc: "2.0", id, result });
+  }
+
+  private callListener(call: () => void): void {
+    try {
+      call();
+    } catch (error) {
+      this.diagnose({ kind: "listenerError", error });
+    }
+  }
+
+  private diagnose(diagnostic: Diagnostic): void {
+    for (const listener of [...this.diagnosticListeners]) {
+      try {
+        listener(diagnostic);
+      } catch {
+        // a diagnostic listener that throws has nowhere to report to
+      }
+    }
+  }
+
+  private readonly exitListeners = new Set<(info: ExitInfo) => void>();
+
+  private onExitInternal(listener: (info: ExitInfo) => void): () => void {
+    if (this.exitInfo) {
+      const info = this.exitInfo;
+      queueMicrotask(() => listener(info));
+      return () => undefined;
+    }
+    this.exitListeners.add(listener);
+    return () => this.exitListeners.delete(listener);
+  }
+
+  private finish(info: ExitInfo): void {
+    if (this.exitInfo) return;
+    for (const line of this.splitter.end()) this.handleLine(line);
+    this.exitInfo = info;
+    const stderr = this.stderrTail.slice(-4000);
+    for (const entry of [...this.pending.values()]) {
+      entry.cleanup();
+      entry.reject(new ThreadlineExitedError(`answering ${entry.method}`, info, stderr));
+    }
+    for (const watch of [...this.turnWatches]) {
+      watch.fail(new ThreadlineExitedError(`turn ${watch.turnId ?? "(starting)"} completed`, info, stderr));
+    }
+    for (const controller of this.openServerRequests.values()) controller.abort();
+    for (const listener of [...this.exitListeners]) this.callListener(() => listener(info));
+    this.exitListeners.clear();
+    this.resolveExited(info);
+  }
+}

@@ -1,0 +1,53 @@
+/** Compile-time checks of the typed API: this file must type-check (`@ts-expect-error` lines
+ * must stay errors). The function is never called; the test only records that it compiled. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  CLIENT_REQUEST_METHODS,
+  SERVER_NOTIFICATION_METHODS,
+  SERVER_REQUEST_METHODS,
+  textInput,
+  type ThreadlineClient,
+} from "../src/index.js";
+
+export async function typedUsage(client: ThreadlineClient): Promise<void> {
+  const started = await client.request("thread/start", { modelProvider: "mock", cwd: "/tmp" });
+  const id: string = started.thread.id;
+  // @ts-expect-error: cwd is a string
+  await client.request("thread/start", { cwd: 5 });
+  // @ts-expect-error: turn/start needs threadId and input
+  await client.request("turn/start", {});
+  // @ts-expect-error: not a client request method
+  await client.request("thread/explode", {});
+  const turn = await client.request("turn/start", { threadId: id, input: textInput("hi") });
+  const status: "completed" | "failed" | "inProgress" | "interrupted" = turn.turn.status;
+  client.on("item/agentMessage/delta", (p) => {
+    const delta: string = p.delta;
+    void delta;
+  });
+  // @ts-expect-error: not a notification method
+  client.on("item/nope", () => undefined);
+  client.handle("item/fileChange/requestApproval", (p) => {
+    const itemId: string = p.itemId;
+    void itemId;
+    return { decision: "acceptForSession" };
+  });
+  // @ts-expect-error: "maybe" is not a decision
+  client.handle("item/fileChange/requestApproval", () => ({ decision: "maybe" }));
+  client.setServerRequestHandler((_method, _params, { request }) => {
+    if (request.method === "item/tool/requestUserInput") {
+      const questions: string[] = request.params.questions.map((q) => q.id);
+      return { answers: Object.fromEntries(questions.map((q) => [q, { answers: ["yes"] }])) };
+    }
+    return { decision: "decline" };
+  });
+  void status;
+}
+
+test("the method lists match methods.json", () => {
+  assert.equal(typeof typedUsage, "function");
+  assert.ok(CLIENT_REQUEST_METHODS.includes("turn/cancel"));
+  assert.ok(SERVER_NOTIFICATION_METHODS.includes("turn/completed"));
+  assert.ok(SERVER_REQUEST_METHODS.includes("item/commandExecution/requestApproval"));
+});
