@@ -233,3 +233,18 @@ async def test_drives_the_real_claude_cli(claude_env: ClaudeEnv) -> None:
     assert isinstance(request.params, CommandExecutionRequestApprovalParams)
     assert request.params.command == "touch via-client.txt"
     assert (env.work / "via-client.txt").exists()
+
+
+async def test_cancel_right_after_turn_start_uses_the_native_interrupt(
+    home: Path, workdir: Path
+) -> None:
+    # With a 60 s grace, a cancel that misses the backend's native interrupt would wait it out.
+    env = mock_env(home, THREADLINE_INTERRUPT_GRACE="60")
+    async with spawn(env=env, stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        for _ in range(10):
+            turn = await client.start_turn(tid, "/sleep 30")
+            await turn.cancel()
+            with trio.fail_after(10):
+                done = await turn.wait()
+            assert done.turn.status == "interrupted"

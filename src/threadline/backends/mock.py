@@ -89,11 +89,13 @@ class MockSession(b.BackendSession):
             self._scope.cancel()
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        await ctx.set_backend_session_id(self.session_id)
         self._turns += 1
+        # The scope exists before the first checkpoint: an interrupt that arrives right after
+        # turn/start must find it (else the engine waits out its whole grace period).
         with trio.CancelScope() as scope:
             self._scope = scope
             try:
+                await ctx.set_backend_session_id(self.session_id)
                 if turn.bootstrap:
                     await ctx.mark_role_bootstrap_applied()
                     await self._message(ctx, f"[role bootstrap received: {turn.bootstrap}]")
