@@ -35,6 +35,7 @@ from threadline.protocol import (
     ToolRequestUserInputParams,
     TurnCompletedNotification,
     TurnStartedNotification,
+    WarningNotification,
 )
 
 pytestmark = pytest.mark.e2e
@@ -248,3 +249,26 @@ async def test_cancel_right_after_turn_start_uses_the_native_interrupt(
             with trio.fail_after(10):
                 done = await turn.wait()
             assert done.turn.status == "interrupted"
+
+
+async def test_options_the_backend_ignores_are_reported_as_warnings(
+    home: Path, workdir: Path
+) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        events = client.subscribe()
+        config = {"maxTurns": 3, "allowedTools": ["Read"]}
+        tid = (
+            await client.start_thread(model_provider="mock", cwd=str(workdir), config=config)
+        ).thread.id
+        await client.run_turn(tid, "/text ok")
+        warnings = [
+            n.message
+            for n in [
+                events.receive_nowait() for _ in range(events.statistics().current_buffer_used)
+            ]
+            if isinstance(n, WarningNotification) and n.thread_id == tid
+        ]
+    assert warnings == [
+        "the mock backend cannot honour maxTurns (BACKEND_MAX_TURNS); it is ignored",
+        "the mock backend cannot honour allowedTools (ALLOWED_TOOLS); it is ignored",
+    ]

@@ -368,6 +368,19 @@ class Backend(abc.ABC):
     def models(self) -> list[Model]:
         return []
 
+    #: Whether the CLI takes a turn limit (`BACKEND_MAX_TURNS`, `config.maxTurns`) and a
+    #: tool allow-list (`ALLOWED_TOOLS`, `config.allowedTools`).
+    honours_max_turns: bool = False
+    honours_allowed_tools: bool = False
+
     def unsupported_options(self, settings: SessionSettings) -> list[str]:
-        """Names of options in `settings` this backend cannot honour (logged, then ignored)."""
-        return []
+        """Options set in `settings` (explicitly: by the thread's config or the environment)
+        that this backend cannot honour: the client gets a warning, then they are ignored."""
+        ignored = []
+        if not self.honours_max_turns and (
+            "maxTurns" in settings.config or settings.env.get("BACKEND_MAX_TURNS", "").strip()
+        ):
+            ignored.append("maxTurns (BACKEND_MAX_TURNS)")
+        if not self.honours_allowed_tools and settings.allowed_tools:
+            ignored.append("allowedTools (ALLOWED_TOOLS)")
+        return ignored

@@ -595,6 +595,8 @@ class ClaudeBackend(b.Backend):
     id = "claude"
     display_name = "Claude Code"
     modes = ("stream", "print")
+    honours_max_turns = True
+    honours_allowed_tools = True
     default_mode = "stream"
 
     def capabilities(self, mode: str) -> BackendCapabilities:

@@ -43,6 +43,7 @@ from ..protocol import (
     TurnInterruptParams,
     TurnStartParams,
     TurnStartResponse,
+    WarningNotification,
     WorkspaceWriteSandbox,
 )
 from ..rpc.connection import Reply
@@ -198,6 +199,13 @@ class ThreadService:
             log.warning("the %s backend cannot honour %s; ignoring it", backend.id, option)
         return settings
 
+    async def _warn_unsupported(self, thread: LoadedThread) -> None:
+        for option in thread.backend.unsupported_options(thread.settings):
+            message = f"the {thread.backend.id} backend cannot honour {option}; it is ignored"
+            await self.peer.notify(
+                "warning", WarningNotification(message=message, thread_id=thread.id)
+            )
+
     async def _open_thread(
         self, record: ThreadRecord, backend: Backend, settings: SessionSettings
     ) -> LoadedThread:
@@ -288,6 +296,7 @@ class ThreadService:
             await self.peer.notify(
                 "thread/started", ThreadStartedNotification(thread=thread.view())
             )
+            await self._warn_unsupported(thread)
 
         return Reply(response, started)
 
