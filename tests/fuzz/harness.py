@@ -1,0 +1,390 @@
+"""One long-lived threadline subprocess per fuzz test, driven from synchronous hypothesis code.
+
+Hypothesis runs each example as a plain function call, and a trio process belongs to one
+`trio.run`; so the server (`tests.support.client.running_server`, which validates every stdout
+line against `schemas/`) lives in a trio loop on a background thread, and each input is one
+`trio.from_thread.run` call:
+
+1. drain what the server wrote since the last input (notifications, server→client requests —
+   answered with a decline); any response found there is a stray answer: a failure;
+2. compute the expected answer with `oracle.expect_line` (from the model state);
+3. write the input line and a sentinel request (`thread/loaded/list` with a fresh string id);
+4. read until the sentinel's answer and every required answer have arrived.
+
+Requests are handled concurrently by the server, so a dispatched request's (or a batch's)
+answer may come after the sentinel's; errors for malformed lines are written before the next
+line is read, so they always precede it. Every answer in the window is compared with the
+expectation; an answer that arrives later than its window shows up as a stray in the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+import trio.from_thread
+import trio.lowlevel
+
+from tests.support.client import ServerProcess, running_server
+
+from . import oracle
+
+T = TypeVar("T")
+
+#: The request line cap of the fuzz server: oversized lines stay cheap to send.
+CAP = 65536
+SENTINEL_PREFIX = "fuzz-sentinel-"
+#: How long the sentinel's answer may take (a loaded CI machine; it normally takes ~1 ms).
+WINDOW_TIMEOUT = 20.0
+#: How long required answers may trail the sentinel's (a dispatched request, e.g. thread/archive
+#: of a thread with a running turn, may finish after it).
+TRAIL_TIMEOUT = 5.0
+#: After an input with an optional answer, wait this long for it before moving on.
+LINGER = 0.05
+
+#: Inputs sent by every FuzzSession of this process, by category (the session summary).
+COUNTS: Counter[str] = Counter()
+#: Per test: (node id, inputs, seconds, RSS before, RSS after in kB).
+RUNS: list[tuple[str, int, float, int, int]] = []
+
+PLACEHOLDER_THREAD = b"@@THREAD@@"
+PLACEHOLDER_TURN = b"@@TURN@@"
+PLACEHOLDER_CWD = b"@@CWD@@"
+PLACEHOLDER_PAD = b"@@PAD@@"
+
+
+@dataclass(frozen=True)
+class FuzzInput:
+    """One input line (no newline). Placeholders are filled in by the session: the live thread's
+    id, the last turn id, the work directory; `pad_to` pads @@PAD@@ so the line has exactly that
+    many bytes (a few bytes either side of the cap)."""
+
+    template: bytes
+    category: str
+    pad_to: int | None = None
+
+    def __repr__(self) -> str:
+        shown = self.template if len(self.template) <= 400 else self.template[:400] + b"..."
+        pad = f", pad_to={self.pad_to}" if self.pad_to is not None else ""
+        return f"FuzzInput({self.category}, {shown!r}, len={len(self.template)}{pad})"
+
+
+@dataclass
+class Window:
+    expectation: oracle.Expectation
+    line: bytes
+    answers: list[Any]
+    sentinel: list[Any] = field(default_factory=list)
+    strays: list[Any] = field(default_factory=list)
+    timed_out: bool = False
+
+
+def vm_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+class FuzzSession:
+    def __init__(
+        self,
+        home: Path,
+        workdir: Path,
+        *,
+        name: str = "fuzz",
+        initialize: bool = True,
+        turns: bool = True,
+        cap: int = CAP,
+    ) -> None:
+        self.home = home
+        self.workdir = workdir
+        self.name = name
+        self.cap = cap
+        self._want_initialize = initialize
+        self.state = oracle.State(turns_possible=turns)
+        self.sent = 0
+        self.thread_id = "00000000-0000-7000-8000-000000000000"
+        self.last_turn = "00000000-0000-7000-8000-000000000001"
+        self.active_turns: set[str] = set()
+        self.windows_with_optional = 0
+        self._n = 0
+        self._srv: ServerProcess | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._declines: list[Any] = []
+        self._need_thread = False
+        self._started_at = 0.0
+        self.rss_before = 0
+        self.rss_after = 0
+
+    # -- the trio side ---------------------------------------------------------------------------
+
+    @property
+    def srv(self) -> ServerProcess:
+        assert self._srv is not None
+        return self._srv
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        env = {"THREADLINE_MAX_REQUEST_BYTES": str(self.cap), "THREADLINE_LOG_LEVEL": "WARNING"}
+        async with (
+            trio.open_nursery() as nursery,
+            running_server(nursery, self.home, env) as srv,
+        ):
+            self._srv = srv
+            self._token = trio.lowlevel.current_trio_token()
+            self._stop = trio.Event()
+            self._ready.set()
+            await self._stop.wait()
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        return trio.from_thread.run(fn, *args, trio_token=self._token)
+
+    async def _setup(self) -> None:
+        srv = self.srv
+        if self._want_initialize:
+            await srv.initialize()
+            self.state.initialized = True
+            self.thread_id = await srv.start_thread(self.workdir)
+        # warm up (imports, caches) before the RSS baseline
+        for _ in range(20):
+            await srv.request("thread/loaded/list", {})
+
+    def _take(self, message: Any, sid: str | None, window: Window) -> None:
+        """File one message the server wrote: background, the sentinel's answer, or an answer."""
+        if isinstance(message, dict) and "method" in message:
+            if "id" in message:  # a server→client request: note its id, decline it
+                rid = message["id"]
+                if isinstance(rid, int):
+                    self.state.issued = max(self.state.issued, rid + 1)
+                self._declines.append(rid)
+                return
+            params = message.get("params") or {}
+            turn = params.get("turn") if isinstance(params, dict) else None
+            if message["method"] == "turn/started" and isinstance(turn, dict):
+                self.active_turns.add(turn["id"])
+                self.last_turn = turn["id"]
+            elif message["method"] == "turn/completed" and isinstance(turn, dict):
+                self.active_turns.discard(turn["id"])
+            elif (
+                message["method"] == "thread/archived" and params.get("threadId") == self.thread_id
+            ):
+                self._need_thread = True  # the fuzzer archived the live thread: open another
+            return
+        if isinstance(message, dict) and sid is not None and message.get("id") == sid:
+            window.sentinel.append(message)
+            return
+        if (
+            isinstance(message, dict)
+            and isinstance(message.get("id"), str)
+            and message["id"].startswith(SENTINEL_PREFIX)
+        ):
+            window.sentinel.append(message)  # an older sentinel answered twice/late: reported
+            return
+        window.answers.append(message)
+
+    async def _flush_declines(self) -> None:
+        while self._declines:
+            rid = self._declines.pop(0)
+            await self.srv.send({"id": rid, "result": {"decision": "decline"}})
+
+    async def _drain(self, window: Window) -> None:
+        strays = Window(window.expectation, b"", [])
+        while True:
+            try:
+                message = self.srv.events.receive_nowait()
+            except trio.WouldBlock:
+                break
+            self._take(message, None, strays)
+        window.strays = strays.answers + strays.sentinel
+        await self._flush_declines()
+
+    async def _exchange(self, fuzz_input: FuzzInput) -> Window:
+        srv = self.srv
+        window = Window(oracle.Expectation(False), b"", [])
+        await self._drain(window)
+        if self._need_thread:
+            self._need_thread = False
+            self.thread_id = await srv.start_thread(self.workdir)
+        window.line = line = self.render(fuzz_input)
+        expectation = oracle.expect_line(line, self.state, self.cap)
+        window.expectation = expectation
+        self._n += 1
+        sid = f"{SENTINEL_PREFIX}{self._n}"
+        srv._methods.clear()
+        srv._methods.update(expectation.result_methods())
+        srv._methods[sid] = "thread/loaded/list"
+        sentinel = json.dumps({"id": sid, "method": "thread/loaded/list"}).encode()
+        await srv.send_raw(line + b"\n" + sentinel + b"\n")
+        required = expectation.answers_required
+        try:
+            with trio.fail_after(WINDOW_TIMEOUT):
+                while not window.sentinel:
+                    self._take(await srv.events.receive(), sid, window)
+                    await self._flush_declines()
+            with trio.fail_after(TRAIL_TIMEOUT):
+                while len(window.answers) < required:
+                    self._take(await srv.events.receive(), sid, window)
+                    await self._flush_declines()
+        except trio.TooSlowError:
+            window.timed_out = True
+        if expectation.has_optional:
+            self.windows_with_optional += 1
+            with trio.move_on_after(LINGER):
+                while True:
+                    self._take(await srv.events.receive(), sid, window)
+                    await self._flush_declines()
+        return window
+
+    # -- the test side ---------------------------------------------------------------------------
+
+    def start(self) -> FuzzSession:
+        self._thread = threading.Thread(target=self._thread_main, name=self.name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(120) or self._error is not None:
+            raise AssertionError(f"the fuzz server did not start: {self._error!r}")
+        self.run(self._setup)
+        self.rss_before = vm_rss_kb(self.srv.pid)
+        self._started_at = time.monotonic()
+        return self
+
+    def render(self, fuzz_input: FuzzInput) -> bytes:
+        line = (
+            fuzz_input.template.replace(PLACEHOLDER_THREAD, self.thread_id.encode())
+            .replace(PLACEHOLDER_TURN, self.last_turn.encode())
+            .replace(PLACEHOLDER_CWD, str(self.workdir).encode())
+        )
+        if fuzz_input.pad_to is not None:
+            short = len(line) - len(PLACEHOLDER_PAD)
+            line = line.replace(PLACEHOLDER_PAD, b"x" * max(0, fuzz_input.pad_to - short))
+        assert b"\n" not in line, "an input must be one line"
+        return line
+
+    def would_initialize(self, fuzz_input: FuzzInput) -> bool:
+        """Whether the model says this input initializes the connection."""
+        state = dataclasses.replace(self.state)
+        return oracle.expect_line(self.render(fuzz_input), state, self.cap).initializes
+
+    def check(self, fuzz_input: FuzzInput) -> None:
+        """Send one input and check everything the server wrote for it."""
+        window = self.run(self._exchange, fuzz_input)
+        self.sent += 1
+        COUNTS[fuzz_input.category] += 1
+        COUNTS["total"] += 1
+        self._verify(window, fuzz_input)
+
+    def _verify(self, window: Window, fuzz_input: FuzzInput) -> None:
+        srv = self.srv
+        context = f"\n  input: {fuzz_input!r}\n  line:  {window.line[:300]!r}"
+        if srv.proc.returncode is not None:
+            raise AssertionError(
+                f"threadline died (exit {srv.proc.returncode}){context}\n"
+                f"stderr:\n{srv.stderr_text[-3000:]}"
+            )
+        if srv.schema_errors:
+            raise AssertionError(f"invalid output: {srv.schema_errors[:3]}{context}")
+        if window.strays:
+            strays = repr(window.strays)[:1500]
+            raise AssertionError(
+                f"answers nobody asked for (late, from the previous input?): {strays}{context}"
+            )
+        if window.timed_out:
+            raise AssertionError(
+                f"answers missing (after {TRAIL_TIMEOUT} s): got {window.answers!r}, "
+                f"sentinel {window.sentinel!r}"[:1500]
+                + f"\n  expected {window.expectation.describe()}{context}"
+            )
+        if len(window.sentinel) != 1:
+            raise AssertionError(f"sentinel answered {len(window.sentinel)} times{context}")
+        sentinel = window.sentinel[0]
+        if self.state.initialized:
+            ok = "result" in sentinel
+        else:
+            ok = sentinel.get("error", {}).get("code") == oracle.INVALID_REQUEST
+        if not ok:
+            raise AssertionError(
+                f"sentinel answer {sentinel!r} does not match initialized="
+                f"{self.state.initialized}{context}"
+            )
+        try:
+            oracle.check_window(window.expectation, window.answers)
+        except oracle.Mismatch as exc:
+            raise AssertionError(f"{exc}{context}") from None
+
+    async def _final_checks(self) -> dict[str, Any]:
+        srv = self.srv
+        window = Window(oracle.Expectation(False), b"", [])
+        await trio.sleep(0.3)  # anything still owed would arrive now: a stray
+        await self._drain(window)
+        assert not window.strays, f"answers after the last input: {window.strays!r}"[:1500]
+        if not self.state.initialized:
+            await srv.initialize()
+        return await srv.call("thread/list", {"limit": 5}, timeout=20)  # type: ignore[no-any-return]
+
+    def finish(self, *, node: str, min_inputs: int, rss_growth_kb: int) -> None:
+        """The end of a test: thread/list still answers, no stray output, RSS bounded, and a
+        clean exit 0 on stdin EOF (checked by running_server, with the schema errors)."""
+        try:
+            result = self.run(self._final_checks)
+            assert isinstance(result.get("data"), list), result
+            self.rss_after = vm_rss_kb(self.srv.pid)
+            elapsed = time.monotonic() - self._started_at
+            RUNS.append((node, self.sent, elapsed, self.rss_before, self.rss_after))
+            assert self.sent >= min_inputs, f"only {self.sent} inputs were tried"
+            growth = self.rss_after - self.rss_before
+            assert growth < rss_growth_kb, (
+                f"RSS grew by {growth} kB over {self.sent} inputs "
+                f"({self.rss_before} -> {self.rss_after} kB)"
+            )
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        if self._token is not None and self._stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        self._thread.join(120)
+        thread, self._thread = self._thread, None
+        if thread.is_alive():
+            raise AssertionError("the fuzz server's loop did not finish")
+        if self._error is not None:
+            raise self._error
+
+
+def summary_lines() -> list[str]:
+    if not COUNTS:
+        return []
+    lines = [f"protocol fuzz: {COUNTS['total']} inputs sent"]
+    lines.append(
+        "  by category: " + ", ".join(f"{k}={v}" for k, v in sorted(COUNTS.items()) if k != "total")
+    )
+    for node, sent, seconds, before, after in RUNS:
+        rate = sent / seconds if seconds else math.inf
+        lines.append(
+            f"  {node}: {sent} inputs in {seconds:.1f} s ({rate:.0f}/s), "
+            f"RSS {before // 1024} -> {after // 1024} MiB"
+        )
+    return lines
