@@ -86,7 +86,10 @@ class Connection:
                     await self.peer.respond_error(None, INTERNAL_ERROR, "Internal error")
 
     async def handle_line(self, line: bytes, nursery: trio.Nursery) -> None:
-        if not line.strip():
+        # Blank means JSON whitespace only (RFC 8259: space, tab, CR; LF ends the line).
+        # bytes.strip() also dropped \x0b and \x0c: a line of those is no JSON at all, yet
+        # it went unanswered, so the client never learned that its line was lost.
+        if not line.strip(b" \t\r"):
             return
         try:
             message = self._decoder.decode(line)
