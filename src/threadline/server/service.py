@@ -88,6 +88,19 @@ def _seconds(config: Mapping[str, Any], key: str, default: float | None) -> floa
     return float(raw) / 1000.0
 
 
+def _offset(cursor: str | None) -> int:
+    """The offset a `thread/loaded/list` or `model/list` cursor names (we hand out decimal
+    offsets); anything else starts at 0. `str.isdigit()` alone let through '²' (a digit, not a
+    decimal) and numbers over Python's 4300-digit limit: int() raised and the request was
+    answered with -32603 Internal error."""
+    if cursor and cursor.isdigit():
+        try:
+            return int(cursor)
+        except ValueError:
+            pass
+    return 0
+
+
 class ThreadService:
     def __init__(
         self,
@@ -450,7 +463,7 @@ class ThreadService:
 
     async def thread_loaded_list(self, p: ThreadLoadedListParams) -> ThreadLoadedListResponse:
         ids = sorted(self.loaded)
-        start = int(p.cursor) if p.cursor and p.cursor.isdigit() else 0
+        start = _offset(p.cursor)
         limit = max(1, min(p.limit or 1000, 1000))
         nxt = str(start + limit) if start + limit < len(ids) else None
         return ThreadLoadedListResponse(data=ids[start : start + limit], next_cursor=nxt)
@@ -507,7 +520,7 @@ class ThreadService:
             if p.model_provider and backend_id != p.model_provider:
                 continue
             models.extend(backend.models())
-        start = int(p.cursor) if p.cursor and p.cursor.isdigit() else 0
+        start = _offset(p.cursor)
         limit = max(1, min(p.limit or 1000, 1000))
         nxt = str(start + limit) if start + limit < len(models) else None
         return ModelListResponse(data=models[start : start + limit], next_cursor=nxt)
