@@ -40,3 +40,30 @@ def test_odd_pagination_cursors_are_not_internal_errors(fuzz_session: StartSessi
         )
     ]
     check_lines(fuzz_session(), lines)
+
+
+def test_initialize_notification_changes_nothing(fuzz_session: StartSession) -> None:
+    """An `initialize` notification after the handshake ran the initialize handler: it replaced
+    the client's notification opt-outs (here: silencing `thread/started`) and re-ran every
+    backend's check. It is ignored now, as `initialize` is only a request."""
+    session = fuzz_session()
+
+    async def scenario() -> None:
+        srv = session.srv
+        client_info = {"name": "late", "version": "1"}
+        opt_out = {"optOutNotificationMethods": ["thread/started"]}
+        await srv.send(
+            {"method": "initialize", "params": {"clientInfo": client_info, "capabilities": opt_out}}
+        )
+        thread_id = await srv.start_thread(session.workdir)
+        await srv.wait_for(
+            lambda e: (
+                e.get("method") == "thread/started" and e["params"]["thread"]["id"] == thread_id
+            ),
+            timeout=5,
+        )
+
+    session.run(scenario)
+    check_lines(
+        session, [b'{"method":"initialize","params":{}}', b'{"id":1,"method":"initialize"}']
+    )

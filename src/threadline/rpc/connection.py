@@ -221,7 +221,14 @@ class Connection:
     ) -> None:
         if method == "initialized":
             return
-        if not self.initialized or not self._dispatcher.has_method(method):
+        # `initialize` is a request only: as a notification after the handshake it used to run
+        # the handler, silently replacing the client's notification opt-outs (and re-checking
+        # every backend's CLI), where the request form is refused with "Already initialized".
+        if (
+            method == "initialize"
+            or not self.initialized
+            or not self._dispatcher.has_method(method)
+        ):
             log.info("ignoring notification %r", method)
             return
         try:
