@@ -67,3 +67,17 @@ def test_initialize_notification_changes_nothing(fuzz_session: StartSession) -> 
     check_lines(
         session, [b'{"method":"initialize","params":{}}', b'{"id":1,"method":"initialize"}']
     )
+
+
+def test_a_batch_that_initializes_comes_before_the_next_line(fuzz_session: StartSession) -> None:
+    """A batch with `initialize` ran as a task, so the line after it (here the sentinel) could be
+    handled first and refused with "Not initialized" although initialize had been sent first."""
+    init = b'{"id":"i","method":"initialize","params":{"clientInfo":{"name":"b","version":"1"}}}'
+    check_lines(
+        fuzz_session(initialize=False),
+        [
+            b'[{"id":1,"method":"thread/list"},' + init + b',{"id":2,"method":"model/list"}]',
+            b'{"id":3,"method":"thread/loaded/list"}',
+        ],
+    )
+    check_lines(fuzz_session(initialize=False), [b"[" + init + b"]"])

@@ -104,7 +104,13 @@ class Connection:
             if not message:
                 await self.peer.respond_error(None, INVALID_REQUEST, "Invalid request: empty batch")
                 return
-            nursery.start_soon(self._run_batch, message)
+            if not self.initialized:
+                # A batch may initialize: finish it before reading on, as a single initialize
+                # request is. Run as a task, it raced the next line, which could be refused
+                # with "Not initialized" although the client had sent initialize first.
+                await self._run_batch(message)
+            else:
+                nursery.start_soon(self._run_batch, message)
             return
         response = await self._handle_message(message, nursery, batch=False)
         if response is not None:
