@@ -54,8 +54,8 @@ LINGER = 0.05
 
 #: Inputs sent by every FuzzSession of this process, by category (the session summary).
 COUNTS: Counter[str] = Counter()
-#: Per test: (node id, inputs, seconds, RSS before, RSS after in kB).
-RUNS: list[tuple[str, int, float, int, int]] = []
+#: Per test: (node id, lines sent, inputs not sent, seconds, RSS before, RSS after in kB).
+RUNS: list[tuple[str, int, int, float, int, int]] = []
 
 PLACEHOLDER_THREAD = b"@@THREAD@@"
 PLACEHOLDER_TURN = b"@@TURN@@"
@@ -65,9 +65,10 @@ PLACEHOLDER_PAD = b"@@PAD@@"
 
 @dataclass(frozen=True)
 class FuzzInput:
-    """One input line (no newline). Placeholders are filled in by the session: the live thread's
-    id, the last turn id, the work directory; `pad_to` pads @@PAD@@ so the line has exactly that
-    many bytes (a few bytes either side of the cap)."""
+    """One input line (no newline), or several pipelined lines (joined by newlines) written at
+    once. Placeholders are filled in by the session: the live thread's id, the last turn id,
+    the work directory; `pad_to` pads @@PAD@@ so the line has exactly that many bytes (a few
+    bytes either side of the cap)."""
 
     template: bytes
     category: str
@@ -78,15 +79,19 @@ class FuzzInput:
         pad = f", pad_to={self.pad_to}" if self.pad_to is not None else ""
         return f"FuzzInput({self.category}, {shown!r}, len={len(self.template)}{pad})"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # hypothesis prints failing cases with this (lines abridged)
+
 
 @dataclass
 class Window:
-    expectation: oracle.Expectation
+    expectations: list[oracle.Expectation]
     line: bytes
     answers: list[Any]
     sentinel: list[Any] = field(default_factory=list)
     strays: list[Any] = field(default_factory=list)
     timed_out: bool = False
+    skipped: str | None = None
 
 
 def vm_rss_kb(pid: int) -> int:
@@ -112,8 +117,9 @@ class FuzzSession:
         self.name = name
         self.cap = cap
         self._want_initialize = initialize
-        self.state = oracle.State(turns_possible=turns)
+        self.state = oracle.State(turns_possible=turns and initialize)
         self.sent = 0
+        self.skipped = 0
         self.thread_id = "00000000-0000-7000-8000-000000000000"
         self.last_turn = "00000000-0000-7000-8000-000000000001"
         self.active_turns: set[str] = set()
@@ -210,7 +216,7 @@ class FuzzSession:
             await self.srv.send({"id": rid, "result": {"decision": "decline"}})
 
     async def _drain(self, window: Window) -> None:
-        strays = Window(window.expectation, b"", [])
+        strays = Window([], b"", [])
         while True:
             try:
                 message = self.srv.events.receive_nowait()
@@ -222,22 +228,29 @@ class FuzzSession:
 
     async def _exchange(self, fuzz_input: FuzzInput) -> Window:
         srv = self.srv
-        window = Window(oracle.Expectation(False), b"", [])
+        window = Window([], b"", [])
         await self._drain(window)
         if self._need_thread:
             self._need_thread = False
             self.thread_id = await srv.start_thread(self.workdir)
-        window.line = line = self.render(fuzz_input)
-        expectation = oracle.expect_line(line, self.state, self.cap)
-        window.expectation = expectation
+        window.line = text = self.render(fuzz_input)
+        state = dataclasses.replace(self.state)
+        try:
+            window.expectations = [
+                oracle.expect_line(line, state, self.cap) for line in text.split(b"\n")
+            ]
+        except oracle.Skip as exc:
+            window.skipped = str(exc)  # the model makes no claim: not sent
+            return window
+        self.state = state
         self._n += 1
         sid = f"{SENTINEL_PREFIX}{self._n}"
         srv._methods.clear()
-        srv._methods.update(expectation.result_methods())
+        srv._methods.update(oracle.result_methods(window.expectations))
         srv._methods[sid] = "thread/loaded/list"
         sentinel = json.dumps({"id": sid, "method": "thread/loaded/list"}).encode()
-        await srv.send_raw(line + b"\n" + sentinel + b"\n")
-        required = expectation.answers_required
+        await srv.send_raw(text + b"\n" + sentinel + b"\n")
+        required = sum(e.answers_required for e in window.expectations)
         try:
             with trio.fail_after(WINDOW_TIMEOUT):
                 while not window.sentinel:
@@ -249,7 +262,7 @@ class FuzzSession:
                     await self._flush_declines()
         except trio.TooSlowError:
             window.timed_out = True
-        if expectation.has_optional:
+        if any(e.has_optional for e in window.expectations):
             self.windows_with_optional += 1
             with trio.move_on_after(LINGER):
                 while True:
@@ -278,20 +291,28 @@ class FuzzSession:
         if fuzz_input.pad_to is not None:
             short = len(line) - len(PLACEHOLDER_PAD)
             line = line.replace(PLACEHOLDER_PAD, b"x" * max(0, fuzz_input.pad_to - short))
-        assert b"\n" not in line, "an input must be one line"
         return line
 
     def would_initialize(self, fuzz_input: FuzzInput) -> bool:
         """Whether the model says this input initializes the connection."""
         state = dataclasses.replace(self.state)
-        return oracle.expect_line(self.render(fuzz_input), state, self.cap).initializes
+        lines = self.render(fuzz_input).split(b"\n")
+        try:
+            return any(oracle.expect_line(line, state, self.cap).initializes for line in lines)
+        except oracle.Skip:
+            return False
 
     def check(self, fuzz_input: FuzzInput) -> None:
         """Send one input and check everything the server wrote for it."""
         window = self.run(self._exchange, fuzz_input)
-        self.sent += 1
-        COUNTS[fuzz_input.category] += 1
-        COUNTS["total"] += 1
+        if window.skipped:
+            COUNTS[f"not sent: {window.skipped}"] += 1
+            self.skipped += 1
+            return
+        lines = len(window.expectations)
+        self.sent += lines
+        COUNTS[fuzz_input.category] += lines
+        COUNTS["total"] += lines
         self._verify(window, fuzz_input)
 
     def _verify(self, window: Window, fuzz_input: FuzzInput) -> None:
@@ -313,7 +334,7 @@ class FuzzSession:
             raise AssertionError(
                 f"answers missing (after {TRAIL_TIMEOUT} s): got {window.answers!r}, "
                 f"sentinel {window.sentinel!r}"[:1500]
-                + f"\n  expected {window.expectation.describe()}{context}"
+                + f"\n  expected {oracle.describe(window.expectations)}{context}"
             )
         if len(window.sentinel) != 1:
             raise AssertionError(f"sentinel answered {len(window.sentinel)} times{context}")
@@ -328,13 +349,13 @@ class FuzzSession:
                 f"{self.state.initialized}{context}"
             )
         try:
-            oracle.check_window(window.expectation, window.answers)
+            oracle.check_window(window.expectations, window.answers)
         except oracle.Mismatch as exc:
             raise AssertionError(f"{exc}{context}") from None
 
     async def _final_checks(self) -> dict[str, Any]:
         srv = self.srv
-        window = Window(oracle.Expectation(False), b"", [])
+        window = Window([], b"", [])
         await trio.sleep(0.3)  # anything still owed would arrive now: a stray
         await self._drain(window)
         assert not window.strays, f"answers after the last input: {window.strays!r}"[:1500]
@@ -350,8 +371,9 @@ class FuzzSession:
             assert isinstance(result.get("data"), list), result
             self.rss_after = vm_rss_kb(self.srv.pid)
             elapsed = time.monotonic() - self._started_at
-            RUNS.append((node, self.sent, elapsed, self.rss_before, self.rss_after))
-            assert self.sent >= min_inputs, f"only {self.sent} inputs were tried"
+            RUNS.append((node, self.sent, self.skipped, elapsed, self.rss_before, self.rss_after))
+            tried = self.sent + self.skipped
+            assert tried >= min_inputs, f"only {tried} inputs were tried"
             growth = self.rss_after - self.rss_before
             assert growth < rss_growth_kb, (
                 f"RSS grew by {growth} kB over {self.sent} inputs "
@@ -381,10 +403,11 @@ def summary_lines() -> list[str]:
     lines.append(
         "  by category: " + ", ".join(f"{k}={v}" for k, v in sorted(COUNTS.items()) if k != "total")
     )
-    for node, sent, seconds, before, after in RUNS:
+    for node, sent, skipped, seconds, before, after in RUNS:
         rate = sent / seconds if seconds else math.inf
+        not_sent = f" (+{skipped} not sent)" if skipped else ""
         lines.append(
-            f"  {node}: {sent} inputs in {seconds:.1f} s ({rate:.0f}/s), "
+            f"  {node}: {sent} inputs{not_sent} in {seconds:.1f} s ({rate:.0f}/s), "
             f"RSS {before // 1024} -> {after // 1024} MiB"
         )
     return lines

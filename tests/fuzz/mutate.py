@@ -10,13 +10,14 @@ truncation, invalid UTF-8).
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from typing import Any
 
 from threadline.protocol.methods import CLIENT_METHODS
 
-from .oracle import Unparsable, params_properties, reference_decode
+from .oracle import Skip, Unparsable, params_properties, reference_decode
 
 #: Values a mutated field may get: every JSON type, edge numbers, odd strings, placeholders.
 VALUE_POOL: list[Any] = [
@@ -59,7 +60,7 @@ VALUE_POOL: list[Any] = [
     [],
     [1, "a"],
     [{"type": "text", "text": "/text hi"}],
-    [{"type": "image"}],
+    [{"type": "image", "url": "https://example.com/x.png"}],
     [[]],
     {},
     {"a": 1},
@@ -136,6 +137,12 @@ def encode(value: Any, rng: random.Random) -> bytes:
     return text.encode("utf-8")
 
 
+def _pick(pool: list[Any], rng: random.Random) -> Any:
+    """A copy: a pooled list or dict put into a message must not be mutated later (or end up
+    inside itself)."""
+    return copy.deepcopy(rng.choice(pool))
+
+
 def _containers(value: Any, depth: int = 0) -> list[Any]:
     found = []
     if isinstance(value, dict | list) and depth < 5:
@@ -175,11 +182,11 @@ def mutate_value(value: Any, rng: random.Random) -> Any:
             target = rng.choice(containers)
             if isinstance(target, dict):
                 key = rng.choice([*target.keys(), *_keys_for(top)] or ["x"])
-                target[key] = rng.choice(VALUE_POOL)
+                target[key] = _pick(VALUE_POOL, rng)
             elif target and rng.random() < 0.5:
-                target[rng.randrange(len(target))] = rng.choice(VALUE_POOL)
+                target[rng.randrange(len(target))] = _pick(VALUE_POOL, rng)
             else:
-                target.append(rng.choice(VALUE_POOL))
+                target.append(_pick(VALUE_POOL, rng))
         elif op == "drop":
             containers = [c for c in _containers(top) if isinstance(c, dict) and c]
             if containers:
@@ -189,15 +196,15 @@ def mutate_value(value: Any, rng: random.Random) -> Any:
             if "id" in top and rng.random() < 0.2:
                 del top["id"]
             else:
-                top["id"] = rng.choice(ID_POOL)
+                top["id"] = _pick(ID_POOL, rng)
         elif op == "method":
             top["method"] = rng.choice(METHOD_POOL)
         elif op == "envelope":
             key = rng.choice(ENVELOPE_KEYS)
             pool = JSONRPC_POOL if key == "jsonrpc" else VALUE_POOL
-            top[key] = rng.choice(pool)
+            top[key] = _pick(pool, rng)
         elif op == "params":
-            top["params"] = rng.choice(VALUE_POOL)
+            top["params"] = _pick(VALUE_POOL, rng)
     return value
 
 
@@ -230,7 +237,7 @@ def mutants(
     try:
         value: Any = reference_decode(line)
         decodable = True
-    except Unparsable:
+    except (Unparsable, Skip):
         decodable = False
     out = []
     for _ in range(count):

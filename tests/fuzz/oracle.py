@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -99,12 +100,46 @@ def _has_lone_surrogate(text: str) -> bool:
     return any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
+#: Nesting the server must decode, and nesting it must refuse. msgspec stops at the recursion
+#: limit (1000, less the decoder's own stack: ~990 here); in between the outcome depends on the
+#: stack, so the model makes no claim (`Skip`) and such inputs are not sent.
+MAX_DEPTH_DECODED = 900
+MIN_DEPTH_REFUSED = 1000
+
+
+class Skip(Exception):
+    """The model makes no claim about this line (the reason is the message); it is not sent."""
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def nesting(line: bytes) -> int:
+    """The deepest nesting of arrays/objects in `line` (brackets inside strings ignored)."""
+    if line.count(b"[") + line.count(b"{") <= MAX_DEPTH_DECODED:
+        return 0  # cheap bound: not deep enough to matter
+    depth = deepest = 0
+    for match in _BRACKET.finditer(_STRING.sub(b"", line)):
+        if match.group() in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def reference_decode(line: bytes) -> Any:
-    """The JSON value of `line`, or Unparsable."""
+    """The JSON value of `line`, or Unparsable (or Skip: see MAX_DEPTH_DECODED)."""
     try:
         text = line.decode("utf-8")  # strict: no overlongs, no encoded surrogates
     except UnicodeDecodeError as exc:
         raise Unparsable(str(exc)) from None
+    depth = nesting(line)
+    if depth >= MIN_DEPTH_REFUSED:
+        raise Unparsable(f"nested {depth} deep")
+    if depth > MAX_DEPTH_DECODED:
+        raise Skip("nesting at the decoder's limit")
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digit limit, depth
@@ -238,11 +273,35 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+IMAGE_DETAILS = ("auto", "low", "high", "original")
+
+
+def _codex_rejects_echo(message: dict[str, Any]) -> bool:
+    """A turn's input that threadline accepts and echoes in its userMessage item, but Codex
+    0.169.0 rejects: an image without `url`/`fileId`, an image `detail` outside Codex's enum
+    (docs/codex-conformance.md, "Input leniency"). The echo would fail the Codex schema check
+    that ServerProcess runs, for a documented leniency rather than a wire bug."""
+    params = message.get("params")
+    items = params.get("input") if isinstance(params, dict) else None
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict) or item.get("type") not in ("image", "localImage"):
+            continue
+        if item.get("detail") is not None and item.get("detail") not in IMAGE_DETAILS:
+            return True
+        if item["type"] == "image" and not any(
+            isinstance(item.get(k), str) for k in ("url", "fileId")
+        ):
+            return True
+    return False
+
+
 def expect_message(message: Any, state: State) -> Reply | None:
     """The answer to one decoded message (alone or in a batch); None: no answer. Updates
     `state.initialized` when the message initializes the connection."""
     if not isinstance(message, dict):
         return Reply(None, frozenset({INVALID_REQUEST}), "not an object")
+    if message.get("method") == "turn/start" and _codex_rejects_echo(message):
+        raise Skip("an input only threadline accepts (docs/codex-conformance.md)")
     has_id = "id" in message
     rid = message.get("id")
     method = message.get("method")
@@ -360,9 +419,7 @@ def _match_batch(expected: list[Reply], actual: Any) -> str | None:
     return None
 
 
-def check_window(expected: Expectation, answers: list[Any]) -> None:
-    """`answers`: every response/error/batch message the server wrote for the input (between
-    the input and its sentinel's answer, or required ones arriving after it)."""
+def _check_one(expected: Expectation, answers: list[Any]) -> None:
     problem: str | None = None
     if expected.batch:
         if not expected.replies:
@@ -390,3 +447,52 @@ def check_window(expected: Expectation, answers: list[Any]) -> None:
             problem = _check_reply(expected.replies[0], answers[0])
     if problem is not None:
         raise Mismatch(f"{problem}\n  expected {expected.describe()}")
+
+
+def _accepts(expected: Expectation, answer: Any) -> bool:
+    if expected.batch:
+        return bool(expected.replies) and _match_batch(expected.replies, answer) is None
+    return (
+        bool(expected.replies)
+        and not isinstance(answer, list)
+        and _check_reply(expected.replies[0], answer) is None
+    )
+
+
+def _assign(expectations: list[Expectation], answers: list[Any], taken: set[int]) -> bool:
+    """Whether every answer can go to its own accepting expectation, leaving no required
+    expectation without one (backtracking; a window holds a handful of lines)."""
+    if not answers:
+        return all(i in taken or not e.answers_required for i, e in enumerate(expectations))
+    return any(
+        i not in taken
+        and _accepts(expected, answers[0])
+        and _assign(expectations, answers[1:], taken | {i})
+        for i, expected in enumerate(expectations)
+    )
+
+
+def check_window(expectations: list[Expectation], answers: list[Any]) -> None:
+    """`answers`: every response/error/batch message the server wrote for the input's lines
+    (between them and the sentinel's answer, or required ones arriving after it). One line:
+    its answer, checked in detail. Pipelined lines: answers may come in any order (requests run
+    concurrently), so each must match a different line's expectation."""
+    if len(expectations) == 1:
+        _check_one(expectations[0], answers)
+    elif not _assign(expectations, answers, set()):
+        raise Mismatch(
+            f"answers {answers!r}"[:1500] + f" do not fit the lines:\n  {describe(expectations)}"
+        )
+
+
+def describe(expectations: list[Expectation]) -> str:
+    return "\n  ".join(f"line {n}: {e.describe()}" for n, e in enumerate(expectations, 1))
+
+
+def result_methods(expectations: list[Expectation]) -> dict[Any, str]:
+    """id → method for the replies that may be results, over every line (ambiguous left out)."""
+    found: dict[Any, str | None] = {}
+    for expected in expectations:
+        for key, method in expected.result_methods().items():
+            found[key] = method if found.get(key, method) == method else None
+    return {k: m for k, m in found.items() if m is not None}

@@ -22,7 +22,7 @@ from threadline.protocol.methods import CLIENT_METHODS
 
 from .harness import CAP, SENTINEL_PREFIX, FuzzInput
 from .mutate import mutants
-from .oracle import params_properties
+from .oracle import IMAGE_DETAILS, params_properties
 
 THREAD = "@@THREAD@@"
 TURN = "@@TURN@@"
@@ -166,10 +166,16 @@ user_inputs = st.one_of(
         {"type": st.just("text"), "text": prompts},
         optional={"text_elements": json_values},
     ),
+    # images as Codex accepts them (url or fileId, a known detail): threadline also takes others
+    # and echoes them back, a documented leniency (oracle._codex_rejects_echo)
     st.fixed_dictionaries(
-        {"type": st.just("image")}, optional={"url": texts, "detail": texts, "fileId": texts}
+        {"type": st.just("image"), "url": texts},
+        optional={"detail": st.sampled_from(IMAGE_DETAILS), "fileId": texts},
     ),
-    st.fixed_dictionaries({"type": st.just("localImage"), "path": texts}),
+    st.fixed_dictionaries(
+        {"type": st.just("localImage"), "path": texts},
+        optional={"detail": st.sampled_from(IMAGE_DETAILS)},
+    ),
     st.fixed_dictionaries({"type": st.sampled_from(["skill", "mention"]), "name": texts}),
     st.fixed_dictionaries({"type": st.sampled_from(["audio", "", "TEXT"])}),
     json_values,
@@ -369,6 +375,44 @@ def response_lines(draw: st.DrawFn) -> FuzzInput:
     return FuzzInput(encode(draw(responses()), draw), "response")
 
 
+@st.composite
+def pipelined_lines(draw: st.DrawFn) -> FuzzInput:
+    """Two to five lines written at once, without waiting for answers (as clients do)."""
+    parts = draw(
+        st.lists(
+            st.one_of(request_lines(), request_lines(), response_lines(), batch_lines()),
+            min_size=2,
+            max_size=5,
+        )
+    )
+    return FuzzInput(b"\n".join(p.template for p in parts), "pipelined")
+
+
+initialize_requests = st.builds(
+    lambda rid, params, jsonrpc: {**jsonrpc, "id": rid, "method": "initialize", "params": params},
+    good_ids,
+    VALID_PARAMS["initialize"],
+    st.sampled_from([{}, {"jsonrpc": "2.0"}]),
+)
+
+
+@st.composite
+def handshake_lines(draw: st.DrawFn) -> FuzzInput:
+    """A valid initialize: alone, inside a batch among other elements, or among pipelined
+    lines (preceded by lines that do not initialize)."""
+    init = draw(initialize_requests)
+    shape = draw(st.sampled_from(["single", "batch", "pipelined"]))
+    if shape == "single":
+        return FuzzInput(encode(init, draw), "handshake")
+    others = draw(st.lists(requests(methods=["thread/list", "model/list"]), max_size=3))
+    at = draw(st.integers(0, len(others)))
+    if shape == "batch":
+        return FuzzInput(encode([*others[:at], init, *others[at:]], draw), "handshake")
+    before = draw(st.lists(st.sampled_from([b"junk", b"[]", b'{"id":1}', b"[1]"]), max_size=2))
+    lines = [*before, encode(init, draw), *(encode(m, draw) for m in others)]
+    return FuzzInput(b"\n".join(lines), "handshake")
+
+
 batch_elements = st.one_of(
     requests(),
     requests(),
@@ -383,9 +427,18 @@ batch_elements = st.one_of(
 
 @st.composite
 def batch_lines(draw: st.DrawFn) -> FuzzInput:
-    kind = draw(st.sampled_from(["mixed", "mixed", "mixed", "garbage", "notifications", "empty"]))
+    kind = draw(
+        st.sampled_from(["mixed"] * 12 + ["garbage"] * 3 + ["notifications"] * 3 + ["empty", "big"])
+    )
     if kind == "empty":
         elements: list[Any] = []
+    elif kind == "big":  # up to a hundred elements, few distinct ones (no thread/turn starts)
+        pool = [
+            e
+            for e in draw(st.lists(batch_elements, min_size=1, max_size=4))
+            if not (isinstance(e, dict) and e.get("method") in ("thread/start", "turn/start"))
+        ] or [1]
+        elements = [pool[i % len(pool)] for i in range(draw(st.integers(20, 120)))]
     elif kind == "garbage":
         elements = draw(st.lists(scalars | st.lists(scalars, max_size=2), min_size=1, max_size=6))
     elif kind == "notifications":
@@ -479,7 +532,7 @@ def invalid_utf8_lines(draw: st.DrawFn) -> FuzzInput:
     return FuzzInput(line.replace(b"\n", b"\x0b"), "invalid-utf8")
 
 
-DEPTHS = [1, 2, 50, 200, 10_000, 20_000, 32_000, 100_000]
+DEPTHS = [1, 2, 50, 200, 800, 10_000, 20_000, 32_000, 100_000]
 
 
 @st.composite
@@ -493,6 +546,7 @@ def deep_lines(draw: st.DrawFn) -> FuzzInput:
         opener, closer = b'{"a":', b"}"
     else:
         opener, closer = b'[{"a":', b"}]"
+        depth //= 2  # two levels per step
     leaf = draw(st.sampled_from([b"1", b"null", b'"x"', b"[]"]))
     nested = opener * depth + leaf + closer * depth
     if draw(st.integers(0, 5)) == 0:
@@ -518,7 +572,7 @@ def huge_lines(draw: st.DrawFn) -> FuzzInput:
         st.one_of(
             st.sampled_from([CAP - 1, CAP, CAP + 1, CAP + 2, 2 * CAP, 10 * CAP]),
             st.integers(CAP - 64, CAP + 64),
-            st.integers(CAP, 40 * CAP),
+            st.integers(CAP, 8 * CAP),
         )
     )
     shape = draw(st.sampled_from(["request", "request", "garbage", "invalid-utf8", "crlf"]))
@@ -604,10 +658,12 @@ def cases(
     `mutate`): structural ones with probability `structural`, else byte-level."""
     first = draw(base)
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
-    return [
-        first,
-        *(
-            FuzzInput(line, kind, pad_to=first.pad_to)
-            for line, kind in mutants(first.template, rng, derived, structural)
-        ),
-    ]
+    lines = first.template.split(b"\n")
+    derived_inputs = []
+    for _ in range(derived):
+        # pipelined lines: mutate one of them, keep the others
+        at = rng.randrange(len(lines))
+        [(line, kind)] = mutants(lines[at], rng, 1, structural)
+        template = b"\n".join([*lines[:at], line, *lines[at + 1 :]])
+        derived_inputs.append(FuzzInput(template, kind, pad_to=first.pad_to))
+    return [first, *derived_inputs]
