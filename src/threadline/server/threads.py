@@ -108,6 +108,8 @@ class LoadedThread:
         self._log_buffer: list[LogEntry] = []
         self._log_lock = trio.Lock()
         self._flush_scheduled = False
+        # Set by a synced persist: whichever flush takes the buffer next fsyncs it.
+        self._sync_wanted = False
         self._session_close: trio.Event | None = None
         self._session_done: trio.Event | None = None
 
@@ -220,6 +222,10 @@ class LoadedThread:
             return
         self._log_buffer.extend(entries)
         if sync:
+            # A background flush already waiting on the lock may take these entries before
+            # this call gets it, leaving it an empty buffer: that flush must fsync them then
+            # (it did not, and turn/completed went out with the turn written but not fsynced).
+            self._sync_wanted = True
             await self._flush_log(sync=True)
         elif not self._flush_scheduled and self._nursery is not None:
             self._flush_scheduled = True
@@ -231,6 +237,8 @@ class LoadedThread:
             if not self._log_buffer:
                 return
             batch, self._log_buffer = self._log_buffer, []
+            sync = sync or self._sync_wanted
+            self._sync_wanted = False
             try:
                 with trio.CancelScope(shield=True):
                     await self.service.store.append(self.id, batch, sync=sync)
