@@ -1,8 +1,9 @@
 """A test client that runs `threadline` as a real subprocess over stdio.
 
 Every line the server writes is decoded and validated against `schemas/` (a batch answer is
-validated element by element); notifications, server requests, unclaimed responses and batch
-answers are queued for the test to consume in order."""
+validated element by element) and, where Codex defines the method, against the schema the pinned
+Codex CLI generates (tests/support/codex_conformance.py); notifications, server requests,
+unclaimed responses and batch answers are queued for the test to consume in order."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import trio
 
 from threadline.rpc.framing import LineReader
 
+from . import codex_conformance
 from .schema_check import validate_outbound
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,12 @@ class ServerProcess:
         self.stdout_closed = trio.Event()
         self.stderr = bytearray()
         self.schema_errors: list[str] = []
+        #: Checks every message against the pinned Codex CLI's own schema (None: unavailable).
+        self._codex = codex_conformance.for_server()
+        if self._codex is None and codex_conformance.required():
+            self.schema_errors.append(
+                f"Codex conformance cannot run under CI: {codex_conformance.unavailable_reason()}"
+            )
 
     @property
     def pid(self) -> int:
@@ -68,6 +76,8 @@ class ServerProcess:
             validate_outbound(message, self._methods)
         except AssertionError as exc:
             self.schema_errors.append(str(exc))
+        if self._codex is not None:
+            self.schema_errors.extend(map(str, self._codex.check(message, self._methods)))
 
     async def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
