@@ -375,8 +375,13 @@ class ThreadService:
         if record.ephemeral:
             return []
         entries = await self.store.read_log(record.id)
+        # The turn this server is running has no completion entry yet: it is in progress, not
+        # interrupted (as a turn cut off by a crash is).
+        loaded = self.loaded.get(record.id)
+        active = loaded.active_turn if loaded is not None else None
+        active_id = active.id if active is not None and not active.finished else None
         turns = []
-        for view in turns_from_log(entries):
+        for view in turns_from_log(entries, active_turn_id=active_id):
             items = []
             for raw in view.items:
                 try:
