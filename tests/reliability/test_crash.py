@@ -12,7 +12,8 @@ what is checked here after every kill:
   everything queued so far *and fsyncs it* before it sends `turn/completed`. So a turn whose
   turn/completed the client received is on disk whole: after a restart `thread/read` returns it
   with the same status, timestamps and error, and exactly the items the client saw in its
-  `item/completed` notifications, in order. That is the durability promise under test.
+  `item/completed` notifications, in order. That is the durability promise under test. (A
+  kill -9 cannot tell written from fsynced; test_durability.py checks the fsync.)
 - An `item/completed` is sent *before* its log line is even queued, so on a turn that never
   completed, an item the client saw may be lost: not promised. What holds instead: the server
   writes items in the order it announces them, so the items on disk and the items the client
@@ -25,6 +26,8 @@ what is checked here after every kill:
 - Nothing changes once read: a turn read after one restart reads back identically after every
   later one; meta.json's turn_count lies between the turns the client saw complete and the
   completion entries in the log.
+- While turns run (until the kill), thread/read returns every turn completed so far whole, and
+  never reports a turn of the running server as `interrupted`.
 
 Kill moments are drawn from a seeded RNG (printed; `THREADLINE_CRASH_SEED` replays it): right at
 the N-th turn/completed or item/completed the client receives (optionally a few ms later), at a
@@ -164,6 +167,7 @@ class TurnLog:
     deltas: dict[str, list[str]] = field(default_factory=dict)  # item id → deltas
     completed: Message | None = None  # turn/completed params.turn
     done: trio.Event = field(default_factory=trio.Event)
+    life: int = -1  # the server life that started it
 
 
 @dataclass
@@ -187,6 +191,7 @@ class Stats:
     torn_injected: int = 0
     torn_stdout: int = 0
     turn_checks: int = 0
+    live_reads: int = 0
     promised_checks: int = 0
     workload_turns: int = 0
     verify_turns: int = 0
@@ -575,6 +580,7 @@ class Epoch:
         )
         turn = self.run.ledger.turn(result["turn"]["id"], tid)
         turn.script = script
+        turn.life = self.number
         self.run.ledger.threads[tid].turns.append(turn.id)
         await turn.done.wait()
         return turn
@@ -654,6 +660,7 @@ class CrashRun:
         at_turn = rng.randint(1, epoch.quota)
         at_item = rng.randint(1, 2 * epoch.quota)  # a turn has 2-4 items (userMessage first)
         at_time = rng.uniform(0, 0.15)
+        reader_rng = random.Random(rng.random())
         stop_watch = threading.Event()
 
         async def workers() -> None:
@@ -683,6 +690,7 @@ class CrashRun:
             else:
                 nursery.start_soon(watcher)
             nursery.start_soon(workers)
+            nursery.start_soon(self.live_reader, epoch, reader_rng)
             await switch.killed.wait()
             stop_watch.set()
             await srv.proc.wait()
@@ -694,6 +702,37 @@ class CrashRun:
             nursery.cancel_scope.cancel()
         self.stats.kills += 1
         self.stats.kill_modes[switch.mode or "?"] += 1
+
+    async def live_reader(self, epoch: Epoch, rng: random.Random) -> None:
+        """thread/read while turns run and until the kill: every turn whose turn/completed was
+        received before the read was sent is in it, whole; a turn of this life is never
+        `interrupted` (it is `inProgress`, or done by the time the server read its log)."""
+        ledger = self.ledger
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while not epoch.switch.fired:
+                await trio.sleep(rng.uniform(0.002, 0.03))
+                threads = sorted(t for t in ledger.threads if ledger.threads[t].turns)
+                if not threads:
+                    continue
+                tid = rng.choice(threads)
+                done_before = [
+                    ledger.turns[t]
+                    for t in ledger.threads[tid].turns
+                    if ledger.turns[t].completed is not None
+                ]
+                read = await epoch.call("thread/read", {"threadId": tid, "includeTurns": True})
+                by_id = {t["id"]: t for t in read["thread"]["turns"]}
+                for log in done_before:
+                    assert log.completed is not None
+                    got = by_id.get(log.id)
+                    assert got is not None, f"completed turn {log.id} missing from a live read"
+                    assert got["status"] == log.completed["status"], (got, log.completed)
+                    assert got["items"] == log.items, f"live read: items of {log.id} differ"
+                for turn_id, got in by_id.items():
+                    log_or_none = ledger.turns.get(turn_id)
+                    if log_or_none is not None and log_or_none.life == epoch.number:
+                        assert got["status"] != "interrupted", f"running turn {turn_id}: {got}"
+                self.stats.live_reads += 1
 
     async def worker(self, epoch: Epoch, slot: int) -> None:
         try:
@@ -871,7 +910,7 @@ async def crash_run(plan: Plan, home: Path, workdir: Path) -> CrashRun:
         f"  turns: {s.workload_turns} workload + {s.verify_turns} verification; "
         f"{s.turn_checks} turn checks after restarts, {s.promised_checks} of them of turns "
         f"whose turn/completed was received; {run.promised_final} such turns in all, every one "
-        f"read back after the last restart\n"
+        f"read back after the last restart; {s.live_reads} thread/reads during the turns\n"
         f"  not promised, seen: {s.lost_unstarted} killed turns with nothing on disk, "
         f"{s.seen_items_not_durable} item/completed seen but not on disk, {s.orphan_turns} "
         f"turns and {s.orphan_threads} threads on disk whose response never arrived"
