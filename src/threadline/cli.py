@@ -176,6 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"threadline {__version__}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("serve", help="serve JSON-RPC on stdin/stdout (the default)")
+    app_server = sub.add_parser(
+        "app-server",
+        help="`serve`, under `codex app-server`'s command line",
+        description="Serve on stdio like `serve`, accepting `codex app-server`'s arguments so "
+        "Codex clients can run threadline as their codex binary. Codex feature flags and "
+        "config overrides are not threadline's: they are ignored (with a log warning).",
+    )
+    app_server.add_argument("--listen", default="stdio://", help="only stdio:// is supported")
+    app_server.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    app_server.add_argument("--enable", action="append", default=[], metavar="FEATURE")
+    app_server.add_argument("--disable", action="append", default=[], metavar="FEATURE")
     schema = sub.add_parser("schema", help="write the protocol's JSON Schemas")
     schema.add_argument("--out", type=Path, default=Path("schemas"), help="output directory")
     sub.add_parser("doctor", help="report which agent CLIs are usable here")
@@ -210,6 +221,17 @@ def main(argv: list[str] | None = None) -> int:
         return _schema(args.out)
     if args.command == "doctor":
         return _doctor()
+    if args.command == "app-server":
+        if args.listen != "stdio://":
+            print(
+                f"threadline: --listen {args.listen}: only stdio:// is supported", file=sys.stderr
+            )
+            return 2
+        ignored = [f"-c {c}" for c in args.config] + [f"--enable {f}" for f in args.enable]
+        ignored += [f"--disable {f}" for f in args.disable]
+        if ignored:
+            logging.getLogger("threadline").warning("ignoring codex options: %s", " ".join(ignored))
+        return _serve()
     if args.command == "docs":
         return _docs(args.out, args.schemas)
     return _serve()

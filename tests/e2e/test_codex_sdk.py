@@ -3,13 +3,12 @@
 Both SDKs are installed from PyPI at pinned versions (the `test` extra in pyproject.toml) and
 start their "codex" themselves; each is pointed at threadline instead of `codex app-server`:
 
-- `codex-python-sdk` 0.2.1 (`codex_python_sdk`): its command and arguments are configurable, so
-  it runs `[sys.executable, "-m", "threadline"]` as is. Plain dicts on the wire, approvals by
-  callbacks.
+- `codex-python-sdk` 0.2.1 (`codex_python_sdk`): runs `<command> app-server -c …`; the command
+  is the `threadline` executable. Plain dicts on the wire, approvals by callbacks.
 - `codex-python-sdk-unofficial` 0.128.0 (`codex_agent_sdk`): pydantic models generated from
   Codex's stable schema, so every response it receives is type-checked by a third party. It
-  always runs `<codex_bin> app-server --listen stdio://`, so `codex_bin` is a two-line shell
-  script that execs `python -m threadline` (threadline has no `app-server` subcommand).
+  always runs `<codex_bin> app-server --listen stdio://`: `codex_bin` is the `threadline`
+  executable, whose `app-server` subcommand takes `codex app-server`'s arguments.
 
 Both are asyncio libraries: each test is a plain function that runs one `asyncio.run`. What
 these SDKs do differently from Codex 0.169.0 itself is in docs/codex-conformance.md.
@@ -25,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,9 @@ import pytest
 import trio
 
 from tests.support.client import running_server
+
+#: The installed `threadline` executable (the venv's, beside this interpreter).
+THREADLINE = Path(sys.executable).with_name("threadline")
 
 
 def _sdk(module: str) -> Any:
@@ -79,14 +80,13 @@ def test_codex_python_sdk_turns_and_approvals(home: Path, workdir: Path) -> None
 
     async def scenario() -> None:
         client = sdk.AsyncCodexAgenticClient(
-            codex_command=sys.executable,
-            app_server_args=["-m", "threadline"],
+            # `threadline app-server` stands in for `codex app-server`, Codex's flags and all
+            # (here `-c web_search="live"`, which threadline ignores).
+            codex_command=str(THREADLINE),
             env=_env(home),
             process_cwd=str(workdir),
-            # Both default to Codex-only CLI flags (`--enable guardian_approval`,
-            # `-c web_search="live"`); threadline takes no such arguments.
+            # Codex's guardian sub-agent reviews approvals itself: not what this test is about.
             automatic_approval_review=False,
-            enable_web_search=False,
             default_thread_params={"cwd": str(workdir)},
             stream_idle_timeout_seconds=30,
             on_command_approval=on_command,
@@ -161,14 +161,6 @@ def test_codex_python_sdk_turns_and_approvals(home: Path, workdir: Path) -> None
 # -- codex-python-sdk-unofficial -----------------------------------------------------------------
 
 
-def _codex_shim(directory: Path) -> Path:
-    """A `codex` for SDKs that always append `app-server --listen stdio://`."""
-    shim = directory / "codex"
-    shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m threadline\n")
-    shim.chmod(0o755)
-    return shim
-
-
 def test_codex_agent_sdk_typed_turns_and_file_approval(
     home: Path, workdir: Path, tmp_path: Path
 ) -> None:
@@ -193,7 +185,7 @@ def test_codex_agent_sdk_typed_turns_and_file_approval(
 
     async def scenario() -> None:
         config = sdk.AppServerConfig(
-            codex_bin=str(_codex_shim(tmp_path)),
+            codex_bin=str(THREADLINE),  # runs `<codex_bin> app-server --listen stdio://`
             env=_env(home),
             cwd=str(workdir),
             client_name="threadline-tests",
