@@ -530,12 +530,19 @@ class TurnRun:
             log.warning("ignoring a second start of item %s", item.id)
             return
         self._open[item.id] = _OpenItem(item=item)
-        await self._notify(
-            "item/started",
-            ItemStartedNotification(
-                thread_id=self.thread.id, turn_id=self.id, item=item, started_at_ms=_now_ms()
-            ),
-        )
+        try:
+            await self._notify(
+                "item/started",
+                ItemStartedNotification(
+                    thread_id=self.thread.id, turn_id=self.id, item=item, started_at_ms=_now_ms()
+                ),
+            )
+        except BaseException:
+            # Cancelled (shutdown) before the notification went out (trio raises Cancelled
+            # only when nothing was sent): the client never saw the item, so the turn's end
+            # must not complete it either (found by the fault matrix: SIGTERM mid-turn).
+            self._open.pop(item.id, None)
+            raise
 
     def _reconcile(self, item: ThreadItem) -> ThreadItem:
         """Make the completed item agree with the deltas the client already saw."""
@@ -561,6 +568,29 @@ class TurnRun:
 
     async def _complete(self, item: ThreadItem) -> None:
         entry = self._open.pop(item.id)
+        self._completed.add(item.id)
+        try:
+            completed_at = await self._send_completion(item, entry)
+        except BaseException:
+            # Cancelled before `item/completed` went out: the item is still open for the
+            # client, and the turn's end must close it.
+            self._completed.discard(item.id)
+            self._open[item.id] = entry
+            raise
+        if isinstance(item, AgentMessageItem):
+            self._final_message = item
+        await self.thread.persist(
+            [
+                ItemEntry(
+                    turn_id=self.id,
+                    item=msgspec.Raw(msgspec.json.encode(item)),
+                    completed_at_ms=completed_at,
+                )
+            ]
+        )
+
+    async def _send_completion(self, item: ThreadItem, entry: _OpenItem) -> int:
+        """The deltas the client has not seen, then `item/completed`; returns its time."""
         if isinstance(item, (AgentMessageItem, PlanItem)):
             streamed = "".join(entry.text)
             # Deltas must concatenate to the final text: send what the client has not seen.
@@ -580,9 +610,7 @@ class TurnRun:
                     method,
                     cls(thread_id=self.thread.id, turn_id=self.id, item_id=item.id, delta=missing),
                 )
-        self._completed.add(item.id)
-        if isinstance(item, AgentMessageItem):
-            self._final_message = item
+                entry.text.append(missing)  # the client has it now
         completed_at = _now_ms()
         await self._notify(
             "item/completed",
@@ -590,15 +618,7 @@ class TurnRun:
                 thread_id=self.thread.id, turn_id=self.id, item=item, completed_at_ms=completed_at
             ),
         )
-        await self.thread.persist(
-            [
-                ItemEntry(
-                    turn_id=self.id,
-                    item=msgspec.Raw(msgspec.json.encode(item)),
-                    completed_at_ms=completed_at,
-                )
-            ]
-        )
+        return completed_at
 
     def _close_in_flight(self, item_id: str, status: TurnStatus) -> ThreadItem:
         """The final state of an item the backend left open when the turn ended."""
