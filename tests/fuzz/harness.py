@@ -6,9 +6,10 @@ line against `schemas/`) lives in a trio loop on a background thread, and each i
 `trio.from_thread.run` call:
 
 1. drain what the server wrote since the last input (notifications, server→client requests —
-   answered with a decline); any response found there is a stray answer: a failure;
-2. compute the expected answer with `oracle.expect_line` (from the model state);
-3. write the input line and a sentinel request (`thread/loaded/list` with a fresh string id);
+   declined a couple of inputs later, unless the fuzzer answered them first); any response
+   found there is a stray answer: a failure;
+2. compute the expected answer to each line with `oracle.expect_line` (from the model state);
+3. write the input line(s) and a sentinel request (`thread/loaded/list`, a fresh string id);
 4. read until the sentinel's answer and every required answer have arrived.
 
 Requests are handled concurrently by the server, so a dispatched request's (or a batch's)
@@ -54,13 +55,18 @@ LINGER = 0.05
 
 #: Inputs sent by every FuzzSession of this process, by category (the session summary).
 COUNTS: Counter[str] = Counter()
-#: Per test: (node id, lines sent, inputs not sent, seconds, RSS before, RSS after in kB).
-RUNS: list[tuple[str, int, int, float, int, int]] = []
+#: Per test: (node id, lines sent, inputs not sent, seconds, RSS before, RSS after in kB,
+#: turns started, server→client requests seen).
+RUNS: list[tuple[str, int, int, float, int, int, int, int]] = []
 
 PLACEHOLDER_THREAD = b"@@THREAD@@"
 PLACEHOLDER_TURN = b"@@TURN@@"
 PLACEHOLDER_CWD = b"@@CWD@@"
 PLACEHOLDER_PAD = b"@@PAD@@"
+PLACEHOLDER_REQ = b'"@@REQ@@"'  # a JSON string in the template, a number once rendered
+#: Server→client requests are declined by the harness only after this many more inputs, so
+#: the fuzzer's own answers (to `"@@REQ@@"`) meet a request that is still pending.
+DECLINE_AFTER = 2
 
 
 @dataclass(frozen=True)
@@ -120,10 +126,9 @@ class FuzzSession:
         self.state = oracle.State(turns_possible=turns and initialize)
         self.sent = 0
         self.skipped = 0
+        self.turns_started = 0
         self.thread_id = "00000000-0000-7000-8000-000000000000"
         self.last_turn = "00000000-0000-7000-8000-000000000001"
-        self.active_turns: set[str] = set()
-        self.windows_with_optional = 0
         self._n = 0
         self._srv: ServerProcess | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -131,7 +136,7 @@ class FuzzSession:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._declines: list[Any] = []
+        self._declines: list[list[Any]] = []  # [request id, inputs seen since]
         self._need_thread = False
         self._started_at = 0.0
         self.rss_before = 0
@@ -184,15 +189,13 @@ class FuzzSession:
                 rid = message["id"]
                 if isinstance(rid, int):
                     self.state.issued = max(self.state.issued, rid + 1)
-                self._declines.append(rid)
+                self._declines.append([rid, 0])
                 return
             params = message.get("params") or {}
             turn = params.get("turn") if isinstance(params, dict) else None
             if message["method"] == "turn/started" and isinstance(turn, dict):
-                self.active_turns.add(turn["id"])
-                self.last_turn = turn["id"]
-            elif message["method"] == "turn/completed" and isinstance(turn, dict):
-                self.active_turns.discard(turn["id"])
+                self.last_turn = turn["id"]  # for @@TURN@@
+                self.turns_started += 1
             elif (
                 message["method"] == "thread/archived" and params.get("threadId") == self.thread_id
             ):
@@ -210,10 +213,16 @@ class FuzzSession:
             return
         window.answers.append(message)
 
-    async def _flush_declines(self) -> None:
-        while self._declines:
-            rid = self._declines.pop(0)
-            await self.srv.send({"id": rid, "result": {"decision": "decline"}})
+    async def _flush_declines(self, *, all_of_them: bool = False) -> None:
+        """Decline the server→client requests that have waited DECLINE_AFTER inputs (the
+        fuzzer may have answered them meanwhile: a duplicate answer is ignored)."""
+        keep = []
+        for pending in self._declines:
+            if all_of_them or pending[1] >= DECLINE_AFTER:
+                await self.srv.send({"id": pending[0], "result": {"decision": "decline"}})
+            else:
+                keep.append(pending)
+        self._declines = keep
 
     async def _drain(self, window: Window) -> None:
         strays = Window([], b"", [])
@@ -229,6 +238,8 @@ class FuzzSession:
     async def _exchange(self, fuzz_input: FuzzInput) -> Window:
         srv = self.srv
         window = Window([], b"", [])
+        for pending in self._declines:
+            pending[1] += 1
         await self._drain(window)
         if self._need_thread:
             self._need_thread = False
@@ -263,7 +274,6 @@ class FuzzSession:
         except trio.TooSlowError:
             window.timed_out = True
         if any(e.has_optional for e in window.expectations):
-            self.windows_with_optional += 1
             with trio.move_on_after(LINGER):
                 while True:
                     self._take(await srv.events.receive(), sid, window)
@@ -287,6 +297,7 @@ class FuzzSession:
             fuzz_input.template.replace(PLACEHOLDER_THREAD, self.thread_id.encode())
             .replace(PLACEHOLDER_TURN, self.last_turn.encode())
             .replace(PLACEHOLDER_CWD, str(self.workdir).encode())
+            .replace(PLACEHOLDER_REQ, str(max(0, self.state.issued - 1)).encode())
         )
         if fuzz_input.pad_to is not None:
             short = len(line) - len(PLACEHOLDER_PAD)
@@ -356,6 +367,7 @@ class FuzzSession:
     async def _final_checks(self) -> dict[str, Any]:
         srv = self.srv
         window = Window([], b"", [])
+        await self._flush_declines(all_of_them=True)
         await trio.sleep(0.3)  # anything still owed would arrive now: a stray
         await self._drain(window)
         assert not window.strays, f"answers after the last input: {window.strays!r}"[:1500]
@@ -371,7 +383,18 @@ class FuzzSession:
             assert isinstance(result.get("data"), list), result
             self.rss_after = vm_rss_kb(self.srv.pid)
             elapsed = time.monotonic() - self._started_at
-            RUNS.append((node, self.sent, self.skipped, elapsed, self.rss_before, self.rss_after))
+            RUNS.append(
+                (
+                    node,
+                    self.sent,
+                    self.skipped,
+                    elapsed,
+                    self.rss_before,
+                    self.rss_after,
+                    self.turns_started,
+                    self.state.issued,
+                )
+            )
             tried = self.sent + self.skipped
             assert tried >= min_inputs, f"only {tried} inputs were tried"
             growth = self.rss_after - self.rss_before
@@ -403,11 +426,12 @@ def summary_lines() -> list[str]:
     lines.append(
         "  by category: " + ", ".join(f"{k}={v}" for k, v in sorted(COUNTS.items()) if k != "total")
     )
-    for node, sent, skipped, seconds, before, after in RUNS:
+    for node, sent, skipped, seconds, before, after, turns, requests in RUNS:
         rate = sent / seconds if seconds else math.inf
         not_sent = f" (+{skipped} not sent)" if skipped else ""
         lines.append(
             f"  {node}: {sent} inputs{not_sent} in {seconds:.1f} s ({rate:.0f}/s), "
-            f"RSS {before // 1024} -> {after // 1024} MiB"
+            f"RSS {before // 1024} -> {after // 1024} MiB, {turns} turns, "
+            f"{requests} server requests"
         )
     return lines

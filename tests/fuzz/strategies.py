@@ -5,9 +5,11 @@ encoded here, so a strategy controls the exact bytes: requests for every client 
 valid and deliberately wrong params, odd ids and envelopes; byte-level mutations of valid lines;
 invalid UTF-8; deep nesting; lines around and far beyond the size cap; batches; responses.
 
-Placeholders (`@@THREAD@@`, `@@TURN@@`, `@@CWD@@`, `@@PAD@@`) are filled in by the session, so
-a request can name the live thread, its last turn or the work directory. Turn prompts are mock
-scripts from a harmless set: no `/run` or `/write` can come out of the fuzzer.
+Placeholders (`@@THREAD@@`, `@@TURN@@`, `@@CWD@@`, `@@PAD@@`, `"@@REQ@@"`) are filled in by the
+session, so a message can name the live thread, its last turn, the work directory or the id of
+the last server→client request (an approval the fuzzer may answer before the harness does).
+Turn prompts are mock scripts from a harmless set: no `/run` or `/write` can come out of the
+fuzzer.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .oracle import IMAGE_DETAILS, params_properties
 
 THREAD = "@@THREAD@@"
 TURN = "@@TURN@@"
+REQ = "@@REQ@@"  # rendered as the id (a number) of the last server→client request
 CWD = "@@CWD@@"
 PAD = "@@PAD@@"
 
@@ -109,7 +112,7 @@ def _not_sentinel(value: Any) -> bool:
     return not (isinstance(value, str) and value.startswith(SENTINEL_PREFIX))
 
 
-good_ids = (ints | texts).filter(_not_sentinel)
+good_ids = (ints | texts | st.just("@@REQ@@")).filter(_not_sentinel)
 bad_ids = st.one_of(
     st.none(),
     st.booleans(),
@@ -331,7 +334,9 @@ def requests(draw: st.DrawFn, *, methods: list[str] | None = None) -> dict[str, 
 def responses(draw: st.DrawFn) -> dict[str, Any]:
     """What a client sends back: answers to ids issued or never issued, malformed answers."""
     rid = draw(
-        st.one_of(st.integers(0, 12), st.integers(0, 12), good_ids, bad_ids, st.just(ABSENT))
+        st.one_of(
+            st.just(REQ), st.just(REQ), st.integers(0, 12), good_ids, bad_ids, st.just(ABSENT)
+        )
     )
     message: dict[str, Any] = {} if rid is ABSENT else {"id": rid}
     shape = draw(st.sampled_from(["result", "result", "error", "both", "bare", "null-method"]))
@@ -375,12 +380,41 @@ def response_lines(draw: st.DrawFn) -> FuzzInput:
     return FuzzInput(encode(draw(responses()), draw), "response")
 
 
+APPROVAL_SCRIPTS = [
+    "/ask What is your name?",
+    '/tool fetch {"url": "x"}',
+    "/tool fetch {}\n/ask Really?\n/text done",
+    "/sleep 0.05\n/ask Late question?",
+]
+
+
+@st.composite
+def turn_lines(draw: st.DrawFn) -> FuzzInput:
+    """A turn that starts (on the live thread) and asks the client for approvals or answers,
+    or an interrupt of the last turn: the server→client requests the responses case answers."""
+    if draw(st.integers(0, 3)) == 0:
+        method = draw(st.sampled_from(["turn/interrupt", "turn/cancel"]))
+        params: dict[str, Any] = {"threadId": THREAD, "turnId": TURN}
+    else:
+        method = "turn/start"
+        script = draw(st.sampled_from(APPROVAL_SCRIPTS) | st.sampled_from(SAFE_SCRIPTS))
+        params = {"threadId": THREAD, "input": [{"type": "text", "text": script}]}
+        if draw(st.booleans()):
+            params["approvalPolicy"] = draw(st.sampled_from(["on-request", "never", "untrusted"]))
+    message: dict[str, Any] = {"method": method, "params": params}
+    if draw(st.integers(0, 4)):
+        message["id"] = draw(good_ids)
+    return FuzzInput(encode(message, draw), "turn")
+
+
 @st.composite
 def pipelined_lines(draw: st.DrawFn) -> FuzzInput:
     """Two to five lines written at once, without waiting for answers (as clients do)."""
     parts = draw(
         st.lists(
-            st.one_of(request_lines(), request_lines(), response_lines(), batch_lines()),
+            st.one_of(
+                request_lines(), request_lines(), response_lines(), batch_lines(), turn_lines()
+            ),
             min_size=2,
             max_size=5,
         )
