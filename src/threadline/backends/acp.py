@@ -116,6 +116,7 @@ class AcpHost:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host task: spawn, initialize, serve until stopped. Never raises after `started`."""
         started = False
+        early_exit: b.BackendError | None = None
         try:
             async with open_group_process(
                 self.argv,
@@ -153,6 +154,11 @@ class AcpHost:
                     with trio.move_on_after(3):
                         await proc.wait()
                     nursery.cancel_scope.cancel()
+            if not started:
+                # The agent exited before answering `initialize`: the reader's end cancelled
+                # the pending request, so nothing raised (and `nursery.start` would report
+                # "child exited without calling task_status.started()" as an internal error).
+                early_exit = self.failure("exited during start-up")
         except (ProcessError, AcpError, b.BackendError) as exc:
             if not started:
                 raise b.BackendError(f"{self.name}: {exc}", codex_error_info="other") from None
@@ -169,6 +175,8 @@ class AcpHost:
             self._pending.clear()
             for session in list(self.sessions.values()):
                 session.host_died()
+        if early_exit is not None:
+            raise early_exit
 
     def stop(self) -> None:
         self._stop.set()
