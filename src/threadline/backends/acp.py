@@ -102,6 +102,10 @@ class AcpHost:
         self.init_result: dict[str, Any] = {}
         self.refs = 0
         self.alive = False
+        #: Set when a session gave up on a prompt the agent never answered (a turn timeout, a
+        #: hard cancel): the agent may be wedged, so no new session is put on it and it stops
+        #: once its last session is gone.
+        self.retired = False
         self._next_id = 0
         self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
         self._write_lock = trio.Lock()
@@ -339,7 +343,7 @@ class AcpPool:
         key = (tuple(argv), cwd + "\0" + key_extra)
         async with self._lock:
             found = self._hosts.get(key)
-            if found is None or not found.alive:
+            if found is None or not found.alive or found.retired:
                 found = AcpHost(argv, cwd, env, self.name)
                 await self._nursery.start(found.run)
                 self._hosts[key] = found
@@ -352,7 +356,11 @@ class AcpPool:
             yield host
         finally:
             host.refs -= 1
-            if host.refs == 0 and self._nursery is not None:
+            if host.refs == 0 and host.retired:
+                if self._hosts.get(key) is host:
+                    del self._hosts[key]
+                host.stop()
+            elif host.refs == 0 and self._nursery is not None:
                 self._nursery.start_soon(self._close_when_idle, key, host)
 
     async def _close_when_idle(self, key: tuple[tuple[str, ...], str], host: AcpHost) -> None:
@@ -897,17 +905,20 @@ class AcpSession(b.BackendSession):
                 await ctx.mark_role_bootstrap_applied()
         result: Any = None
         error: AcpError | None = None
+        answered = finished = False
         try:
             async with trio.open_nursery() as nursery:
 
                 async def prompt_task() -> None:
-                    nonlocal result, error
+                    nonlocal result, error, answered
                     try:
                         result = await self.host.request(
                             "session/prompt", {"sessionId": self.session_id, "prompt": prompt}
                         )
+                        answered = True
                     except AcpError as exc:
                         error = exc
+                        answered = True
                     finally:
                         # Queued after every update the agent sent before its answer.
                         self.on_update(_PROMPT_DONE)
@@ -925,8 +936,11 @@ class AcpSession(b.BackendSession):
                         break
                     mapper.feed(update)
                     await self._emit(ctx, mapper)
+            finished = True
         finally:
             self._turn_ctx, self._mapper = None, None
+            if not finished and not answered:
+                await self._abandon()
         mapper.close_text()
         for call_id in list(mapper.tools):
             if call_id in mapper.declined:
@@ -959,6 +973,17 @@ class AcpSession(b.BackendSession):
         if stop in ("max_tokens", "max_turn_requests"):
             await ctx.emit(b.Warning(f"{self.backend_id} stopped early: {stop}"))
         return b.TurnOutcome("completed")
+
+    async def _abandon(self) -> None:
+        """The turn ended (timeout, hard cancel, shutdown) while the agent had not answered
+        its prompt. Ask it to stop (best effort), and retire the agent: a wedged agent would
+        otherwise be reused by every later session in this cwd and hang them all (found by the
+        fault matrix: a hung agent failed every later turn with "Query timed out")."""
+        self.healthy = False
+        self.host.retired = True
+        if self.session_id is not None and self.host.alive:
+            with trio.CancelScope(shield=True), trio.move_on_after(1), suppress(b.BackendError):
+                await self.host.notify("session/cancel", {"sessionId": self.session_id})
 
     def turn_error(self, error: AcpError) -> TurnError:
         """The failed turn's error for a `session/prompt` error answer (backends override it to
