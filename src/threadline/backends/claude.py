@@ -90,13 +90,36 @@ def _base_argv(settings: b.SessionSettings, binary: str) -> list[str]:
     return argv
 
 
-def _session_flag(settings: b.SessionSettings) -> tuple[list[str], str | None]:
+def _session_flag(
+    settings: b.SessionSettings, unsaved: set[str] | None = None
+) -> tuple[list[str], str | None]:
     """`--resume=<id>` for a session that already has a transcript, else a fresh
-    `--session-id=<uuid>` (equals form: an id can never be taken for a flag)."""
-    if settings.backend_session_id:
-        return [f"--resume={settings.backend_session_id}"], settings.backend_session_id
+    `--session-id=<uuid>` (equals form: an id can never be taken for a flag). A session id in
+    `unsaved` was recorded, but the CLI never saved its transcript: it starts afresh under
+    the same id."""
+    sid = settings.backend_session_id
+    if sid and sid in (unsaved or ()):
+        return [f"--session-id={sid}"], None
+    if sid:
+        return [f"--resume={sid}"], sid
     fresh = str(uuid.uuid4())
     return [f"--session-id={fresh}"], None
+
+
+_NO_CONVERSATION = "No conversation found with session ID"
+
+
+def _missing_session(message: dict[str, Any]) -> str | None:
+    """The session id of a `--resume` the CLI refused because it has no transcript for it
+    (it was killed before it wrote one: recorded at `system/init`, the id outlives the
+    process that never saved the conversation), else None."""
+    if message.get("type") != "result" or not message.get("is_error"):
+        return None
+    errors = message.get("errors")
+    if not isinstance(errors, list) or not any(_NO_CONVERSATION in str(e) for e in errors):
+        return None
+    sid = message.get("session_id")
+    return sid if isinstance(sid, str) else None
 
 
 def _env(settings: b.SessionSettings) -> dict[str, str]:
@@ -175,9 +198,13 @@ async def _finish_turn(
 
 
 class ClaudeStreamSession(b.BackendSession):
-    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+    def __init__(
+        self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
+    ) -> None:
         self.settings = settings
         self.binary = binary
+        #: session ids whose transcript the CLI never wrote (shared by the backend's sessions)
+        self.unsaved = unsaved if unsaved is not None else set()
         self.proc: GroupProcess | None = None
         self._messages_send, self._messages = trio.open_memory_channel[dict[str, Any] | None](
             10_000
@@ -192,7 +219,7 @@ class ClaudeStreamSession(b.BackendSession):
     # -- process ---------------------------------------------------------------------------------
 
     def argv(self) -> list[str]:
-        flags, _ = _session_flag(self.settings)
+        flags, _ = _session_flag(self.settings, self.unsaved)
         return [
             *_base_argv(self.settings, self.binary),
             "--input-format",
@@ -287,19 +314,25 @@ class ClaudeStreamSession(b.BackendSession):
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         proc = self.proc
-        if proc is None or self._exited.is_set() or proc.returncode is not None:
-            self.healthy = False
-            raise b.SessionLost("claude is not running")
-        # Whatever arrived between turns belongs to no turn.
+        # Whatever arrived between turns belongs to no turn (but tells whether the CLI
+        # refused to resume a conversation it never saved).
+        exited = False
         while True:
             try:
                 leftover = self._messages.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             if leftover is None:
-                self.healthy = False
-                lost = _failure_from_exit(proc, "exited between turns")
-                raise b.SessionLost(lost.message, additional_details=lost.additional_details)
+                exited = True
+                break
+            self._check_resumable(leftover)
+        if proc is None or self._exited.is_set() or proc.returncode is not None:
+            self.healthy = False
+            raise b.SessionLost("claude is not running")
+        if exited:
+            self.healthy = False
+            lost = _failure_from_exit(proc, "exited between turns")
+            raise b.SessionLost(lost.message, additional_details=lost.additional_details)
         mapper = ClaudeTurnMapper(cwd=self.settings.cwd)
         self._in_turn = True
         if turn.bootstrap:
@@ -311,13 +344,17 @@ class ClaudeStreamSession(b.BackendSession):
                 raise b.SessionLost(
                     exc.message, additional_details=exc.additional_details
                 ) from None
-            async with trio.open_nursery() as nursery:
-                pending: dict[str, trio.CancelScope] = {}
-                try:
-                    return await self._consume(ctx, mapper, nursery, pending)
-                finally:
-                    for scope in pending.values():
-                        scope.cancel()
+            try:
+                async with trio.open_nursery() as nursery:
+                    pending: dict[str, trio.CancelScope] = {}
+                    try:
+                        return await self._consume(ctx, mapper, nursery, pending)
+                    finally:
+                        for scope in pending.values():
+                            scope.cancel()
+            except* b.SessionLost as lost:
+                # (unwrapped from the nursery's group: the engine retries a lost session)
+                raise lost.exceptions[0] from None
         finally:
             self._in_turn = False
 
@@ -340,6 +377,7 @@ class ClaudeStreamSession(b.BackendSession):
                 raise _failure_from_exit(self.proc, "exited in the middle of a turn")
             mtype = message.get("type")
             if mtype == "result":
+                self._check_resumable(message)
                 result = mapper.result(message)
                 return await _finish_turn(result, ctx, self._usage)
             if mtype == "control_request":
@@ -385,8 +423,19 @@ class ClaudeStreamSession(b.BackendSession):
                     # The transcript exists from now on: later spawns resume it.
                     await ctx.set_backend_session_id(sid)
                     self.settings.backend_session_id = sid
+                    self.unsaved.discard(sid)
             for event in mapper.feed(message):
                 await ctx.emit(event)
+
+    def _check_resumable(self, message: dict[str, Any]) -> None:
+        """A `--resume` of a conversation the CLI never saved fails every time: remember the
+        id (the next spawn starts it afresh) and end this session; the engine reopens it and
+        runs the turn again, since nothing of it happened yet."""
+        sid = _missing_session(message)
+        if sid is not None:
+            self.unsaved.add(sid)
+            self.healthy = False
+            raise b.SessionLost(f"claude has no saved conversation {sid}; starting it afresh")
 
     async def _permission(
         self,
@@ -520,13 +569,16 @@ class ClaudeStreamSession(b.BackendSession):
 
 
 class ClaudePrintSession(b.BackendSession):
-    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+    def __init__(
+        self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
+    ) -> None:
         self.settings = settings
         self.binary = binary
         self._usage = _UsageTotals()
+        self.unsaved = unsaved if unsaved is not None else set()
 
     def argv(self) -> list[str]:
-        flags, _ = _session_flag(self.settings)
+        flags, _ = _session_flag(self.settings, self.unsaved)
         argv = [*_base_argv(self.settings, self.binary), "-p", *flags]
         if self.settings.approval_policy == "never":
             argv += _unattended_flags()
@@ -566,7 +618,16 @@ class ClaudePrintSession(b.BackendSession):
                         if isinstance(sid, str):
                             await ctx.set_backend_session_id(sid)
                             self.settings.backend_session_id = sid
+                            self.unsaved.discard(sid)
                     if message.get("type") == "result":
+                        missing = _missing_session(message)
+                        if missing is not None:
+                            # Never saved (an earlier turn was killed first): the engine runs
+                            # the turn again, which starts the conversation afresh.
+                            self.unsaved.add(missing)
+                            raise b.SessionLost(
+                                f"claude has no saved conversation {missing}; starting it afresh"
+                            )
                         return await _finish_turn(mapper.result(message), ctx, self._usage)
                     for event in mapper.feed(message):
                         await ctx.emit(event)
@@ -599,6 +660,11 @@ class ClaudeBackend(b.Backend):
     honours_allowed_tools = True
     default_mode = "stream"
 
+    def __init__(self) -> None:
+        #: Session ids recorded for a thread whose transcript the CLI never wrote (it was
+        #: killed first): `--resume` of them fails, so they restart under the same id.
+        self._unsaved: set[str] = set()
+
     def capabilities(self, mode: str) -> BackendCapabilities:
         return _PRINT_CAPS if mode == "print" else _STREAM_CAPS
 
@@ -630,9 +696,9 @@ class ClaudeBackend(b.Backend):
         except ProcessError as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
         if settings.mode == "print":
-            yield ClaudePrintSession(settings, binary)
+            yield ClaudePrintSession(settings, binary, self._unsaved)
             return
-        session = ClaudeStreamSession(settings, binary)
+        session = ClaudeStreamSession(settings, binary, self._unsaved)
         async with trio.open_nursery() as nursery:
             await nursery.start(session.run_process)
             try:
