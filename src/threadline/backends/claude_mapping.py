@@ -193,6 +193,8 @@ class TurnResult:
 class _Block:
     item_id: str
     kind: str  # text | thinking | tool_use | other
+    streamed: list[str] = field(default_factory=list)  # the deltas so far
+    done: bool = False  # completed by its `assistant` message, or stopped
 
 
 @dataclass
@@ -234,7 +236,7 @@ class ClaudeTurnMapper:
         if etype == "message_start":
             message = ev.get("message") or {}
             self._msg_id = str(message.get("id") or "msg")
-            return []
+            return self._abandon_open(self._msg_id)
         index = ev.get("index")
         if not isinstance(index, int) or self._msg_id is None:
             return []
@@ -261,13 +263,36 @@ class ClaudeTurnMapper:
             if blk is None:
                 return []
             if delta.get("type") == "text_delta" and blk.kind == "text":
-                return [b.AgentMessageDelta(blk.item_id, str(delta.get("text", "")))]
+                blk.streamed.append(str(delta.get("text", "")))
+                return [b.AgentMessageDelta(blk.item_id, blk.streamed[-1])]
             if delta.get("type") == "thinking_delta" and blk.kind == "thinking":
-                return [b.ReasoningSummaryDelta(blk.item_id, str(delta.get("thinking", "")), 0)]
+                blk.streamed.append(str(delta.get("thinking", "")))
+                return [b.ReasoningSummaryDelta(blk.item_id, blk.streamed[-1], 0)]
             return []
         if etype == "content_block_stop":
             self._open_index = None
+            if key in self._blocks:
+                self._blocks[key].done = True
         return []
+
+    def _abandon_open(self, msg_id: str) -> list[b.BackendEvent]:
+        """Blocks of an earlier message that never finished: its stream was cut, and the CLI
+        retried (claude answers a dropped stream with a non-streaming request). They are
+        complete with what was streamed, so the retry's answer is a message of its own (and
+        the turn's final message), not a second item left open behind the first."""
+        events: list[b.BackendEvent] = []
+        for (owner, _index), blk in self._blocks.items():
+            if owner == msg_id or blk.done or blk.kind not in ("text", "thinking"):
+                continue
+            blk.done = True
+            self._open_index = None
+            text = "".join(blk.streamed)
+            if blk.kind == "text":
+                events.append(b.ItemCompleted(AgentMessageItem(id=blk.item_id, text=text)))
+            else:
+                summary = [text] if text else []
+                events.append(b.ItemCompleted(ReasoningItem(id=blk.item_id, summary=summary)))
+        return events
 
     # -- complete blocks -----------------------------------------------------------------------
 
@@ -279,13 +304,15 @@ class ClaudeTurnMapper:
             self._synthetic_error = _text_of(content) or str(msg.get("error") or "API error")
             self._synthetic_kind = msg.get("error")
             return []
-        events: list[b.BackendEvent] = []
+        events: list[b.BackendEvent] = self._abandon_open(msg_id)
         for offset, block in enumerate(content):
             if not isinstance(block, dict):
                 continue
             btype = block.get("type")
             index = self._open_index if self._open_index is not None else offset
             known = self._blocks.get((msg_id, index))
+            if known is not None:
+                known.done = True
             fallback_id = f"{msg_id}-{index}" if len(content) == 1 else f"{msg_id}-b{offset}"
             item_id = known.item_id if known and known.kind != "other" else fallback_id
             if btype == "text":
