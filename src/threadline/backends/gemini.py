@@ -202,6 +202,7 @@ class GeminiHeadlessSession(b.BackendSession):
         text: list[str] = []
         tools: dict[str, ThreadItem] = {}
         result: dict[str, Any] | None = None
+        last_error: str | None = None  # the last `error` event: why a result without text failed
 
         async def close_message() -> None:
             nonlocal message, text
@@ -255,6 +256,7 @@ class GeminiHeadlessSession(b.BackendSession):
                         if done is not None:
                             await ctx.emit(b.ItemCompleted(_finish_tool(done, event)))
                     elif etype == "error":
+                        last_error = str(event.get("message", "")) or last_error
                         await ctx.emit(b.Warning(str(event.get("message", ""))))
                     elif etype == "result":
                         result = event
@@ -291,7 +293,8 @@ class GeminiHeadlessSession(b.BackendSession):
         assert isinstance(error, dict)
         if error.get("type") == "FatalCancellationError":
             return b.TurnOutcome("interrupted")
-        msg = str(error.get("message") or "gemini reported an error")
+        # (a cut-off model stream: the result has no message, the `error` event says why)
+        msg = str(error.get("message") or last_error or "gemini reported an error")
         meaning = _EXIT_MEANING.get(proc.returncode or 0)
         info = meaning[1] if meaning else _info_from_text(msg)
         api = _api_error(msg)
