@@ -62,7 +62,14 @@ from ..protocol import (
 )
 from . import base as b
 from .cli_version import check_cli, credentials_hint
-from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
+from .process import (
+    GroupProcess,
+    LineTooLong,
+    ProcessError,
+    exit_status,
+    open_group_process,
+    resolve_executable,
+)
 
 __all__ = ["CodexBackend"]
 
@@ -168,7 +175,7 @@ def _convert(raw: Any, decoder: msgspec.json.Decoder[Any]) -> Any:
 def _exit_error(proc: GroupProcess | None, what: str) -> b.BackendError:
     tail = proc.stderr_tail(2000) if proc is not None else ""
     code = proc.returncode if proc is not None else None
-    message = f"codex {what}" + (f" (exit code {code})" if code is not None else "")
+    message = f"codex {what}" + (f" ({exit_status(code)})" if code is not None else "")
     if tail:
         message += f": {tail}"
     return b.BackendError(message, codex_error_info="other", additional_details=tail or None)

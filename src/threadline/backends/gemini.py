@@ -55,7 +55,13 @@ from ..protocol import (
 from . import base as b
 from .acp import AcpError, AcpPool, AcpSession
 from .cli_version import check_cli, credentials_hint
-from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
+from .process import (
+    LineTooLong,
+    ProcessError,
+    exit_status,
+    open_group_process,
+    resolve_executable,
+)
 
 __all__ = ["GeminiBackend"]
 
@@ -275,7 +281,9 @@ class GeminiHeadlessSession(b.BackendSession):
                     meaning = _EXIT_MEANING.get(code)
                     detail = proc.stderr_tail(1500)
                     message_text = (
-                        meaning[0] if meaning else f"gemini exited (code {code}) without a result"
+                        meaning[0]
+                        if meaning
+                        else f"gemini exited ({exit_status(code)}) without a result"
                     )
                     raise b.BackendError(
                         message_text + (f": {detail}" if detail else ""),

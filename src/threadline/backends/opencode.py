@@ -63,7 +63,13 @@ from .acp import (
     error_info_for_code,
 )
 from .cli_version import check_cli, credentials_hint
-from .process import LineTooLong, ProcessError, open_group_process, resolve_executable
+from .process import (
+    LineTooLong,
+    ProcessError,
+    exit_status,
+    open_group_process,
+    resolve_executable,
+)
 
 __all__ = ["OpenCodeBackend"]
 
@@ -242,7 +248,7 @@ class OpenCodeRunSession(b.BackendSession):
             )
         if code != 0:
             raise b.BackendError(
-                f"opencode run exited with code {code}" + (f": {stderr}" if stderr else ""),
+                f"opencode run exited ({exit_status(code)})" + (f": {stderr}" if stderr else ""),
                 codex_error_info="other",
                 additional_details=stderr or None,
             )

@@ -46,6 +46,7 @@ __all__ = [
     "ProcessError",
     "child_env",
     "descendant_pids",
+    "exit_status",
     "group_members",
     "open_group_process",
     "resolve_executable",
@@ -113,6 +114,17 @@ def resolve_executable(name_or_path: str, env: Mapping[str, str] | None = None) 
             f"{name_or_path}: {not_executable} is not executable (permission denied)"
         )
     raise CliNotFound(f"{name_or_path}: command not found (looked for {name_or_path!r} on PATH)")
+
+
+def exit_status(code: int) -> str:
+    """How a CLI ended, in words a user understands: ``exit code 3``, or for a negative status
+    (a signal: kill -9, the OOM killer) ``killed by SIGKILL`` rather than ``exit code -9``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def child_env(
