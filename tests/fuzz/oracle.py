@@ -16,8 +16,10 @@ docs/protocol-notes.md), not from the server's code paths:
 - a batch → one array with an entry per element that gets an answer, in order (nothing at all
   if no element does).
 
-`expect_line` turns a line and the connection state into an `Expectation`; `check_window`
-compares it with what the server wrote between the input and the next sentinel.
+`expect_line` turns a line and the connection state into an `Expectation` (or `Skip`, where
+the model makes no claim); `check_window` compares the expectations of an input's lines with
+what the server wrote between the input and the next sentinel (for pipelined lines, in any
+order, each answer matching a different line).
 """
 
 from __future__ import annotations
@@ -226,9 +228,12 @@ class State:
 
 @dataclass
 class Expectation:
+    """The answer to one line: nothing, one reply, or one batch answer (an array with these
+    replies in order; absent when every entry is optional and none came)."""
+
     batch: bool
     replies: list[Reply] = field(default_factory=list)
-    #: The answer to a batch may be absent when every entry is optional.
+    #: Whether this line initializes the connection.
     initializes: bool = False
 
     @property
