@@ -54,6 +54,7 @@ class ServerProcess:
         self.stdout_closed = trio.Event()
         self.stderr = bytearray()
         self.schema_errors: list[str] = []
+        self._send_lock = trio.Lock()
         #: Checks every message against the pinned Codex CLI's own schema (None: unavailable).
         self._codex = codex_conformance.for_server()
         if self._codex is None and codex_conformance.required():
@@ -108,7 +109,8 @@ class ServerProcess:
 
     async def send_raw(self, data: bytes) -> None:
         assert self.proc.stdin is not None
-        await self.proc.stdin.send_all(data)
+        async with self._send_lock:  # trio streams refuse concurrent send_all calls
+            await self.proc.stdin.send_all(data)
 
     async def send(self, message: Any) -> None:
         await self.send_raw(json.dumps(message).encode() + b"\n")
