@@ -24,7 +24,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias, cast
 from urllib.parse import urlsplit
@@ -98,12 +98,13 @@ Block: TypeAlias = Text | Thinking | ToolUse
 @dataclass(frozen=True)
 class HttpError:
     """Answer with an HTTP error and the API's error body. `should_retry` sets the
-    ``x-should-retry`` header the CLI honours (None: no header)."""
+    ``x-should-retry`` header the CLI honours (None: no header); `headers` are sent too."""
 
     status: int
     message: str = "fake error"
     error_type: str | None = None  # None: the API's type for `status`
     should_retry: bool | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "1"}
 
     @property
     def body(self) -> dict[str, Any]:
@@ -362,7 +363,7 @@ class _Handler(FakeHandler):
         if step.drop_connection:
             raise _Abort
         if step.error is not None:
-            extra = {}
+            extra = dict(step.error.headers)
             if step.error.should_retry is not None:
                 extra["x-should-retry"] = "true" if step.error.should_retry else "false"
             self._send_json(step.error.status, step.error.body, extra)

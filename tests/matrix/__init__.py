@@ -1,0 +1,85 @@
+"""The fault matrix: the same faults, with the same assertions, over every backend.
+
+Backends: claude, codex, gemini, opencode in their default mode (stream, app-server, ACP,
+ACP), their per-turn modes (claude print, codex exec, gemini headless, opencode run) and the
+offline mock. Each real CLI talks to its fake model server (tests/fakes); harness.py gives one
+interface over the e2e fixtures; fault_cli.py corrupts a real CLI's stdout for the faults a
+CLI cannot be made to produce. Categories: A CLI faults (test_cli_faults), B model API faults
+(test_api_faults), C no orphans (test_orphans), D approvals fail closed (test_approvals),
+E prompts verbatim (test_prompts). What a user must see: the turn ends `failed` with a
+readable message (or, where the CLI only makes noise, completes), every `item/started` has
+its `item/completed`, the thread takes a healthy next turn, a second thread alongside is
+untouched, and no process of the test is left (scanned in /proc by the fixture's marker).
+
+The default run takes about 3.5 min on a 2-core box (one or more cells per backend and
+category); `slow` (scripts/reliability) runs every other cell, gemini headless and opencode
+run included. A run prints the matrix it saw (`-v`: what the user saw in each cell).
+
+Results of the full run (ok: the generic assertions held; doc: the documented behaviour below
+held instead; n/a: the fault does not exist for that backend):
+
+======================================= ====== ===== ===== ===== ====== ===== ==== ====== ====
+fault                                   claude c.prt codex c.exe gemini g.hdl oc   oc.run mock
+======================================= ====== ===== ===== ===== ====== ===== ==== ====== ====
+A SIGKILL mid-turn                      ok     ok    ok    ok    ok     ok    ok   ok     n/a
+A exits 3 before its first line         ok     ok    ok    ok    ok     ok    ok   ok     n/a
+A non-JSON lines on stdout              ok     ok    ok    ok    ok     ok    ok   ok     n/a
+A truncated JSON line, then exit        ok     ok    ok    ok    ok     ok    ok   ok     n/a
+A 10 MB line                            ok     ok    ok    ok    ok     ok    ok   ok     n/a
+A hangs (turn timeout)                  ok     ok    ok    ok    ok     ok    ok   ok     ok
+A binary missing                        ok     ok    ok    ok    ok     ok    ok   ok     n/a
+A binary not executable                 ok     ok    ok    ok    ok     ok    ok   ok     n/a
+B HTTP 401                              ok     ok    ok    ok    ok     ok    ok   ok     doc
+B HTTP 429, no Retry-After              ok     ok    ok    ok    ok     ok    ok   ok     doc
+B HTTP 429, Retry-After: 1              ok     ok    ok    ok    ok     ok    ok   ok     doc
+B HTTP 500                              ok     ok    ok    ok    ok     ok    ok   ok     doc
+B stream cut midway                     doc    doc   ok    ok    doc    ok    ok   ok     doc
+C client EOF                            ok     ok    ok    ok    ok     ok    ok   ok     ok
+C SIGTERM                               ok     ok    ok    ok    ok     ok    ok   ok     ok
+C SIGINT                                ok     ok    ok    ok    ok     ok    ok   ok     ok
+C turn/cancel during `sleep 300`        ok     ok    ok    ok    ok     ok    ok   ok     ok
+C thread/archive during a turn          ok     ok    ok    ok    ok     ok    ok   ok     ok
+C turn/cancel right after turn/start    ok     ok    ok    ok    ok     ok    ok   ok     ok
+D approval unanswered (timeout)         ok     n/a   ok    n/a   ok     n/a   ok   n/a    ok
+D answered with garbage                 ok     n/a   ok    n/a   ok     n/a   ok   n/a    ok
+D answered with a JSON-RPC error        ok     n/a   ok    n/a   ok     n/a   ok   n/a    ok
+D answered twice (decline, then accept) ok     n/a   ok    n/a   ok     n/a   ok   n/a    ok
+D answered after turn/cancel            ok     n/a   ok    n/a   ok     n/a   ok   n/a    ok
+D client EOF while pending              ok     n/a   ok    n/a   ok     n/a   ok   n/a    ok
+E prompt starts with --help / -         ok     ok    ok    ok    ok     ok    ok   ok     doc
+E prompt with newlines                  ok     ok    ok    ok    ok     ok    ok   ok     doc
+E prompt with NUL                       ok     ok    ok    ok    ok     ok    ok   ok     doc
+E prompt with shell metacharacters      ok     ok    ok    ok    ok     ok    ok   ok     doc
+E 1 MB prompt                           ok     ok    ok    ok    ok     ok    ok   ok     doc
+======================================= ====== ===== ===== ===== ====== ===== ==== ====== ====
+
+Documented behaviour:
+
+* B, stream cut, claude (both modes): the CLI retries the request without streaming and the
+  turn completes; the cut partial message is closed and the full answer is the final message.
+* B, stream cut, gemini ACP: gemini --acp ends the prompt normally (no error) after a stream
+  without a finish reason: the turn completes with the partial text. Headless reports it
+  ("Model stream ended without a finish reason.").
+* B, opencode (both modes): OpenCode retries 429/5xx and a cut stream 5 times with a backoff
+  from 2 s unless told when (Retry-After, retry-after-ms); there is no switch to turn that
+  off, so its 429-without-Retry-After and cut-stream cells take ~70 s (slow). claude, codex and
+  gemini retry not at all under the fixtures' settings (CLAUDE_CODE_MAX_RETRIES=0,
+  request/stream_max_retries=0, maxAttempts=1). Codex reports a 401 as
+  `httpConnectionFailed {httpStatusCode: 401}` and hides 5xx bodies behind its "high demand"
+  text, in both modes, as `codex app-server` itself does.
+* B, mock: it has no model API; `/fail` stands in (the same user-visible assertions).
+* D, per-turn modes: they cannot ask; the approval policy decides (n/a).
+* D, opencode: a declined command ends its turn without asking the model again (completed,
+  no text); the others tell the model and it answers.
+* E: every CLI passes every prompt byte for byte (NUL and 1 MB included). The mock has no
+  model: its answer echoes the prompt, stripped.
+
+Bugs the matrix found (fixed in src/threadline, one commit each): ACP agents exiting before
+`initialize` were an "internal error"; a hung ACP agent was reused by the thread's next
+session (every later turn timed out); a claude session killed before its transcript was
+saved failed every later turn ("No conversation found"); a claude stream cut and retried
+left the truncated message as the turn's final message; the turn runner could complete an
+item whose `item/started` was cancelled by a shutdown (and leave one open whose
+`item/completed` was); gemini headless reported a cut stream as "gemini reported an error";
+codex / gemini headless / opencode run said "exit code -9" for SIGKILL.
+"""

@@ -1,0 +1,125 @@
+"""E. Prompts reach the model verbatim and never through a shell: a prompt that starts with
+`-` / `--help`, one with newlines, one with a NUL, one full of shell metacharacters, and 1 MB
+of text. The fake model server records what the CLI sent; `EXPECTED` documents, per backend,
+the only changes a CLI itself makes (the identity everywhere else). No `pwned` file may appear,
+the decoy file `x` must survive and no `y` may be written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import trio
+
+from tests.matrix.harness import (
+    ALL_NAMES,
+    Bystander,
+    Cells,
+    Collector,
+    Harness,
+    Rule,
+    Say,
+    chosen,
+    matrix_params,
+)
+from tests.support.client import ROOT
+
+ANSWER = "Received your prompt."
+PROMPTS = {
+    "starts with --help": "--help",
+    "starts with -": "-n -p --version: is this a flag?",
+    "newlines": "line one\nline two\n\n  indented line four\n",
+    "NUL": "before\u0000after",
+    "shell metacharacters": "$(touch pwned) ; rm -rf x && `echo hi` | cat > y",
+    "1 MB": "0123456789abcdef" * 65536,
+}
+ALL = list(PROMPTS)
+DEFAULT = {name: ALL for name in ("claude", "codex", "gemini", "opencode", "mock")} | {
+    "claude-print": ["starts with --help", "NUL", "1 MB"],
+    "codex-exec": ALL,
+}
+
+
+def identity(prompt: str) -> str:
+    return prompt
+
+
+#: (backend name, prompt) → what the model receives, where the CLI changes it.
+EXPECTED: dict[tuple[str, str], Callable[[str], str]] = {}
+
+
+def expected(h: Harness, name: str) -> str:
+    prompt = PROMPTS[name]
+    if not h.has_cli:
+        # the mock has no model: its answer echoes the prompt, stripped
+        return f"mock reply: {prompt.strip()}"
+    return EXPECTED.get((h.name, name), identity)(prompt)
+
+
+def pwned(h: Harness) -> list[str]:
+    places = [h.tmp, ROOT]
+    return [str(p) for place in places for p in place.rglob("pwned")] + [
+        str(p) for p in h.tmp.rglob("y") if p.is_file()
+    ]
+
+
+@matrix_params(DEFAULT, ALL_NAMES)
+async def test_prompts_verbatim(nursery: trio.Nursery, backend: Harness, part: str) -> None:
+    h = backend
+    names = [n for n in PROMPTS if chosen(part, h.name, DEFAULT, n)]
+    if not names:
+        pytest.skip("nothing left for this part")
+    h.script(Bystander.RULE, Rule("", Say(ANSWER)))
+    decoy = h.work / "x"
+    decoy.write_text("must survive")
+    cells = Cells(h, "E")
+    async with h.server(nursery) as srv:
+        await srv.initialize()
+        bystander = Bystander(h, srv)
+        await bystander.open()
+        tid = await h.thread(srv)
+        for name in names:
+            async with cells.cell(f"prompt {name}"):
+                before = h.calls()
+                collector = Collector(srv)
+                await bystander.start(collector)
+                turn = await collector.start(tid, PROMPTS[name])
+                results = await collector.finish(timeout=120)
+                bystander.check(results)
+                result = results[turn]
+                assert result.status == "completed", result.error or result.turn
+                want = expected(h, name)
+                if h.has_cli:
+                    assert result.text == ANSWER, result.text
+                    got = h.user_texts(after=before)
+                    assert want in got, describe(want, got)
+                else:
+                    assert result.text == want, describe(want, [result.text])
+                assert pwned(h) == [], pwned(h)
+                assert decoy.read_text() == "must survive"
+                if want != PROMPTS[name]:
+                    cells.outcome = "doc: as documented in EXPECTED"
+    cells.check()
+
+
+def describe(want: str, got: list[str]) -> str:
+    """Why `want` is not among the recorded texts: the closest one, and where it differs."""
+    if not got:
+        return "the model received no text"
+    best = max(got, key=lambda g: _common_prefix(g, want))
+    n = _common_prefix(best, want)
+    return (
+        f"not verbatim: {len(got)} texts; closest has len {len(best)} (want {len(want)}), "
+        f"first difference at {n}: got {best[max(0, n - 20) : n + 40]!r}, "
+        f"want {want[max(0, n - 20) : n + 40]!r}"
+    )
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
