@@ -227,6 +227,8 @@ class _Session:
             what = self.renderer.current or "working"
             elapsed = int(now - turn.started)
             if tty and quiet > 1.0:
+                # The spinner line is cleared and redrawn: it must not sit on streamed text.
+                self.renderer.newline()
                 frame = (frame + 1) % len(_SPINNER)
                 sys.stderr.write(f"\r\x1b[2K{_SPINNER[frame]} {what} · {elapsed}s")
                 sys.stderr.flush()
