@@ -957,6 +957,12 @@ class AcpSession(b.BackendSession):
             if turn.bootstrap:
                 await ctx.mark_role_bootstrap_applied()
         if error is not None:
+            if mapper.cancelled:
+                # We had sent session/cancel: the user asked to stop, and that is what happened.
+                # (OpenCode 1.18.33 answers a prompt cancelled as it starts with "Internal
+                # service failure"; found by the fault matrix: turn/cancel right after
+                # turn/start ended `failed`.)
+                return b.TurnOutcome("interrupted")
             return b.TurnOutcome("failed", self.turn_error(error))
         usage = usage_from_prompt_result(result)
         if usage is not None:
