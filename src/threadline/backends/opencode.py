@@ -159,12 +159,26 @@ class OpenCodeRunSession(b.BackendSession):
         return argv
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        try:
+            return await self._run_once(turn, ctx)
+        except _DatabaseLocked:
+            # Two `opencode run` starting at once on a fresh data dir race on its SQLite
+            # database; the loser exits before doing anything ("database is locked"). Found
+            # by the fault matrix: a second thread's turn failed. Once more, a moment later.
+            await trio.sleep(0.5)
+        try:
+            return await self._run_once(turn, ctx)
+        except _DatabaseLocked as exc:
+            raise exc.error from None
+
+    async def _run_once(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
         decoder = msgspec.json.Decoder()
         errors: list[dict[str, Any]] = []
         usage: TokenUsageBreakdown | None = None
+        events = 0
         try:
             async with open_group_process(
                 self.argv(),
@@ -188,6 +202,7 @@ class OpenCodeRunSession(b.BackendSession):
                         continue
                     if not isinstance(event, dict):
                         continue
+                    events += 1
                     sid = event.get("sessionID")
                     if isinstance(sid, str) and sid != self.settings.backend_session_id:
                         self.settings.backend_session_id = sid
@@ -247,12 +262,23 @@ class OpenCodeRunSession(b.BackendSession):
                 ),
             )
         if code != 0:
-            raise b.BackendError(
+            error = b.BackendError(
                 f"opencode run exited ({exit_status(code)})" + (f": {stderr}" if stderr else ""),
                 codex_error_info="other",
                 additional_details=stderr or None,
             )
+            if events == 0 and "database is locked" in stderr:
+                raise _DatabaseLocked(error)
+            raise error
         return b.TurnOutcome("completed")
+
+
+class _DatabaseLocked(Exception):
+    """`opencode run` lost a race for its database before it did anything."""
+
+    def __init__(self, error: b.BackendError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _step_usage(tokens: Any) -> TokenUsageBreakdown | None:
