@@ -73,13 +73,20 @@ Documented behaviour:
   no text); the others tell the model and it answers.
 * E: every CLI passes every prompt byte for byte (NUL and 1 MB included). The mock has no
   model: its answer echoes the prompt, stripped.
+* Bystander, gemini headless: it works in a project (cwd) of its own. gemini 0.61.0 deletes
+  one headless thread's session file when another thread of the same project resumes in a
+  later minute; that thread's next turn (and every later one) fails "Invalid session
+  identifier". A CLI bug threadline cannot repair (serialising the turns does not help);
+  ACP mode, the default, is not affected.
 
 Bugs the matrix found (fixed in src/threadline, one commit each): ACP agents exiting before
 `initialize` were an "internal error"; a hung ACP agent was reused by the thread's next
-session (every later turn timed out); a claude session killed before its transcript was
-saved failed every later turn ("No conversation found"); a claude stream cut and retried
-left the truncated message as the turn's final message; the turn runner could complete an
-item whose `item/started` was cancelled by a shutdown (and leave one open whose
-`item/completed` was); gemini headless reported a cut stream as "gemini reported an error";
-codex / gemini headless / opencode run said "exit code -9" for SIGKILL.
+session (every later turn timed out); an ACP prompt cancelled as it started ended `failed`
+("Internal service failure", OpenCode) instead of `interrupted`; a claude session killed
+before its transcript was saved failed every later turn ("No conversation found"); a claude
+stream cut and retried left the truncated message as the turn's final message; the turn
+runner could complete an item whose `item/started` was cancelled by a shutdown (and leave
+one open whose `item/completed` was); gemini headless reported a cut stream as "gemini
+reported an error"; codex / gemini headless / opencode run said "exit code -9" for SIGKILL;
+two `opencode run` starting at once could fail one turn with "database is locked".
 """

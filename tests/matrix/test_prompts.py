@@ -58,10 +58,13 @@ def expected(h: Harness, name: str) -> str:
 
 
 def pwned(h: Harness) -> list[str]:
-    places = [h.tmp, ROOT]
-    return [str(p) for place in places for p in place.rglob("pwned")] + [
-        str(p) for p in h.tmp.rglob("y") if p.is_file()
-    ]
+    """Files a shell running the prompt would have made: in the test's dirs (work dirs, the
+    CLI's home) or in threadline's cwd. (Not a walk of the whole checkout: it blocks the
+    test's event loop for seconds, the client stops reading, and the backpressure reaches
+    the CLI.)"""
+    found = [p for p in h.tmp.rglob("pwned")] + [p for p in h.tmp.rglob("y") if p.is_file()]
+    found += [p for p in (ROOT / "pwned", ROOT / "y") if p.exists()]
+    return [str(p) for p in found]
 
 
 @matrix_params(DEFAULT, ALL_NAMES)
