@@ -11,7 +11,7 @@ readable message (or, where the CLI only makes noise, completes), every `item/st
 its `item/completed`, the thread takes a healthy next turn, a second thread alongside is
 untouched, and no process of the test is left (scanned in /proc by the fixture's marker).
 
-The default run takes about 3.5 min on a 2-core box (one or more cells per backend and
+The default run takes about 3 min on a 2-core box (one or more cells per backend and
 category); `slow` (scripts/reliability) runs every other cell, gemini headless and opencode
 run included. A run prints the matrix it saw (`-v`: what the user saw in each cell).
 
@@ -78,6 +78,10 @@ Documented behaviour:
   later minute; that thread's next turn (and every later one) fails "Invalid session
   identifier". A CLI bug threadline cannot repair (serialising the turns does not help);
   ACP mode, the default, is not affected.
+* E, 1 MB, gemini headless: in 3 of about 8 full slow runs (never alone) the CLI exited 0
+  without a result ("gemini exited (exit code 0) without a result"), a readable failure
+  after which the thread goes on; tolerated as such (test_prompts.FLAKY), not explained.
+  Its stdin reader gives up when no input comes within 500 ms, a suspect, unproven.
 
 Bugs the matrix found (fixed in src/threadline, one commit each): ACP agents exiting before
 `initialize` were an "internal error"; a hung ACP agent was reused by the thread's next

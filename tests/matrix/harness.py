@@ -825,7 +825,17 @@ class Bystander:
             self.pids = self.h.cli_pids(self.srv, self.cwd)
 
     async def start(self, collector: Collector) -> str:
-        turn = await collector.start(self.thread_id, self.h.prompt(self.TAG))
+        try:
+            turn = await collector.start(self.thread_id, self.h.prompt(self.TAG))
+        except AssertionError as exc:
+            if "already in progress" not in str(exc) or not self.turns:
+                raise
+            # A cell that failed left the bystander's last turn running: end it, so the
+            # next cell is judged on its own.
+            params = {"threadId": self.thread_id, "turnId": self.turns[-1]}
+            await self.srv.call("turn/interrupt", params)
+            await trio.sleep(2)
+            turn = await collector.start(self.thread_id, self.h.prompt(self.TAG))
         self.turns.append(turn)
         return turn
 

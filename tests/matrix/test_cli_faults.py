@@ -119,7 +119,7 @@ async def one_fault(
     turn = await collector.start(tid, h.prompt(tag))
     if fault.name.startswith("sigkill"):
         # mid-turn: the model's answer has started streaming (and then stalls)
-        await h.wait_until(lambda: h.calls("stall") > 0, "the model was called")
+        await h.wait_until(lambda: h.calls("stall") > 0, "the model was called", 90)
         await h.wait_until(lambda: bool(h.cli_pids(srv, cwd)), "the CLI runs")
         await trio.sleep(0.3)
         [pid] = h.cli_pids(srv, cwd)
