@@ -7,7 +7,7 @@
         turn = await client.start_turn(thread.id, "/text hello", on_request=accept_all)
         async for notification in turn:      # typed protocol Structs, in order
             ...
-        print(turn.completed.turn.status, turn.text)
+        status, text = turn.completed.turn.status, turn.text
 
 Notifications are the Structs of `threadline.protocol` (`AgentMessageDeltaNotification`,
 `ItemStartedNotification`, ...); approvals reach `on_request` (per turn) or the client's
