@@ -435,19 +435,16 @@ async def test_interrupt_while_a_command_runs(nursery: trio.Nursery, codex_env: 
         assert_items_balanced(events)
         [command] = items_completed(events, "commandExecution")
         assert command["status"] == "failed", command
-        # Codex would leave `sleep` running: threadline restarts the app-server instead
-        await env.wait_until(
-            lambda: not sleep_pids(env.marker, SLEEP_S), "the interrupted sleep ended", 10
-        )
-        env.timings["interrupt → sleep gone"] = time.monotonic() - t0
+        # Codex would leave `sleep` running: threadline kills it (its sandbox's session) right
+        # after the interrupt, and has seen it gone by the time the turn completes
+        assert sleep_pids(env.marker, SLEEP_S) == [], "the interrupted sleep still runs"
 
         t0 = time.monotonic()
         t, events = await turn(srv, tid, "after that")
-        env.timings["turn after the restart (app-server start + resume)"] = time.monotonic() - t0
+        env.timings["turn after the interrupt"] = time.monotonic() - t0
         assert t["status"] == "completed" and agent_text(events) == "Recovered."
-        after = codex_pids(srv, "app-server")
-        assert after and not set(after) & set(before), "the app-server was not restarted"
-        # the new app-server resumed the Codex thread: the model sees the earlier turn
+        # ...so the app-server needs no restart (nor the next turn its start-up)
+        assert codex_pids(srv, "app-server") == before, "the app-server was restarted"
         assert "run the long command" in env.fake.user_texts(-1)
         assert any("<turn_aborted>" in u for u in env.fake.user_texts(-1))
         heads = {r.headers.get("thread-id") for r in env.fake.model_requests}

@@ -657,6 +657,60 @@ async def test_native_interrupt_while_streaming(tmp_path: Path, method: str) -> 
         assert backend.sessions_closed == 0
 
 
+@pytest.mark.parametrize("approved", [True, False])
+async def test_native_interrupt_stops_the_running_command_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, approved: bool
+) -> None:
+    """A session that offers `stop_commands(since)` is asked, right after its native
+    interrupt, to kill what its running command started (since about when the command's item
+    started, never before the turn): not when the command is still waiting for approval, since
+    nothing of it runs yet."""
+    calls: list[tuple[float, int]] = []
+
+    def stop_commands(self: Session, since: float) -> None:
+        calls.append((since, self.interrupt_calls))
+
+    monkeypatch.setattr(ScriptedSession, "stop_commands", stop_commands, raising=False)
+    backend = ScriptedBackend()
+    marks: dict[str, float] = {}
+
+    async def script(ctx: Ctx, turn: Input, session: Session) -> None:
+        marks["before"] = time.monotonic()
+        await run_command(ctx, "sleep 300", complete=False)
+        marks["after"] = time.monotonic()
+        await trio.sleep_forever()
+
+    backend.script = script
+    async with inproc_server({"test": backend}, tmp_path, config=config()) as c:
+        t0 = time.monotonic()
+        tid = await c.start_thread()
+        turn_id = (await c.start_turn(tid, "go"))["turn"]["id"]
+        seen: list[Event] = []
+        request = await c.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
+        seen.append(request)
+        if approved:
+            await c.answer(request["id"], {"decision": "accept"})
+            with trio.fail_after(5):
+                while "after" not in marks:  # noqa: ASYNC110 - the script's own progress
+                    await trio.sleep(0.005)
+        await c.call("turn/cancel", {"threadId": tid, "turnId": turn_id})
+        _done, rest = await c.collect_turn(turn_id)
+        view = check_turn(seen + rest, tid, turn_id)
+        assert view.status == "interrupted"
+        if approved:
+            [(since, interrupts)] = calls
+            assert interrupts == 1  # after the native interrupt, not instead of it
+            assert max(t0, marks["before"] - 1) <= since <= marks["before"]
+            assert view.only("commandExecution")["status"] == "failed"
+        else:
+            assert calls == []
+            assert view.only("commandExecution")["status"] == "declined"
+        # The session stays healthy: the next turn runs on it.
+        backend.script = ScriptedBackend().script
+        assert (await run_checked(c, tid)).status == "completed"
+        assert backend.sessions_opened == 1
+
+
 async def test_native_interrupt_backend_returns_completed_counts_as_interrupted(
     tmp_path: Path,
 ) -> None:

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +26,7 @@ from threadline.backends.process import (
     descendant_pids,
     group_members,
     open_group_process,
+    processes_gone,
     resolve_executable,
 )
 from threadline.rpc import framing
@@ -400,6 +402,59 @@ async def test_orphaned_escaped_descendant_found_by_tracking(pids: set[int]) -> 
         assert await gp.wait() == 0
         assert _alive(escaped)
     assert not _alive(escaped)
+
+
+# --------------------------------------------------------------------------- kill_escaped
+
+
+async def wait_gone(processes: dict[int, int], timeout: float = 5) -> None:
+    with trio.fail_after(timeout):
+        while not processes_gone(processes):  # noqa: ASYNC110 - polling /proc
+            await trio.sleep(0.01)
+
+
+async def test_kill_escaped_stops_the_new_commands_only(pids: set[int]) -> None:
+    """What a turn's cancel uses: the commands the CLI started (each in a session of its own)
+    since the command began die at once; the CLI, its own children and a background process
+    it started earlier keep running."""
+    script = f"""
+        {escaped_sleep_cmd()}
+        sleep 300 & echo $!
+        read go
+        setsid sh -c 'sleep 300 & echo $$; echo $!; wait' &
+        wait
+    """
+    async with sh(script, pids, stdin="pipe") as gp:
+        earlier = await read_int(gp, pids)  # a background process from before the command
+        child = await read_int(gp, pids)  # the CLI's own child, in its group
+        await trio.sleep(0.1)  # /proc start times count in clock ticks (10 ms)
+        since = time.monotonic()
+        await gp.write(b"go\n")
+        command = await read_int(gp, pids)  # the command's shell, in a session of its own
+        grandchild = await read_int(gp, pids)  # and what it runs
+        killed = gp.kill_escaped(since)
+        assert set(killed) == {command, grandchild}
+        await wait_gone(killed)
+        assert all(_alive(p) for p in (gp.pid, child, earlier))
+        assert gp.returncode is None
+        assert gp.kill_escaped(since) == {}  # nothing left to kill
+    assert not any(_alive(p) for p in (child, earlier))
+
+
+async def test_kill_escaped_escalates_to_sigkill(pids: set[int]) -> None:
+    script = """
+        read go
+        setsid sh -c 'trap "" TERM; echo $$; exec sleep 300' &
+        wait
+    """
+    async with sh(script, pids, stdin="pipe") as gp:
+        since = time.monotonic()
+        await gp.write(b"go\n")
+        command = await read_int(gp, pids)
+        killed = gp.kill_escaped(since, grace=0.2)
+        assert list(killed) == [command]
+        assert _alive(command)  # it ignores SIGTERM...
+        await wait_gone(killed)  # ...and got SIGKILL after the grace
 
 
 async def test_proc_helpers_on_unknown_pids() -> None:

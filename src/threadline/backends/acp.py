@@ -887,6 +887,18 @@ class AcpSession(b.BackendSession):
         if self.session_id is not None and self.host.alive:
             await self.host.notify("session/cancel", {"sessionId": self.session_id})
 
+    def stop_commands(self, since: float) -> None:
+        """Kill the commands the agent started since `since` (the engine calls this right
+        after `interrupt`): ACP agents run their shell tool in a process group of its own.
+        Not while another session on the same agent process runs a turn: its commands could
+        not be told apart from ours."""
+        proc = self.host.proc
+        if proc is None or self._turn_ctx is None:
+            return
+        if any(s is not self and s._turn_ctx is not None for s in self.host.sessions.values()):
+            return
+        proc.kill_escaped(since)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self.session_id is None or not self.host.alive:
             raise self.host.failure("is not running")

@@ -312,6 +312,12 @@ class ClaudeStreamSession(b.BackendSession):
         if self._in_turn and not self._exited.is_set():
             await self._write_control({"subtype": "interrupt"})
 
+    def stop_commands(self, since: float) -> None:
+        """Kill the commands the CLI started since `since` (the engine calls this right after
+        `interrupt`): its Bash tool runs each in a process group of its own."""
+        if self.proc is not None and self._in_turn:
+            self.proc.kill_escaped(since)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         proc = self.proc
         # Whatever arrived between turns belongs to no turn (but tells whether the CLI

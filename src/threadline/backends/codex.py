@@ -14,7 +14,7 @@ sandbox flags; cancel kills the process group.
 
 Facts (codex 0.169.0, reference/codex-runtime.md): Codex retries an unreachable provider
 forever unless `unbounded_connection_retries` is disabled; an interrupted app-server turn keeps
-its running command alive (we restart the child after such an interrupt); resume does not keep
+its running command alive (threadline kills it, or else restarts the child); resume does not keep
 the sandbox or approval policy (we send them again).
 """
 
@@ -68,12 +68,15 @@ from .process import (
     ProcessError,
     exit_status,
     open_group_process,
+    processes_gone,
     resolve_executable,
 )
 
 __all__ = ["CodexBackend"]
 
 log = logging.getLogger("threadline.backend.codex")
+
+_STOP_WAIT = 0.5  # how long the commands killed on interrupt get to go before a restart
 
 _APP_CAPS = BackendCapabilities(
     approvals=True,
@@ -212,6 +215,9 @@ class CodexAppServerSession(b.BackendSession):
         # Command items of the running turn that have not been allowed to run (their approval
         # is pending, declined or cancelled): an interrupt leaves nothing of theirs running.
         self._not_running: set[str] = set()
+        self._nursery: trio.Nursery | None = None  # the process's: background requests
+        # Processes `stop_commands` killed in the running turn (pid -> start time).
+        self._stopped: dict[int, int] = {}
 
     def argv(self) -> list[str]:
         return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
@@ -234,6 +240,7 @@ class CodexAppServerSession(b.BackendSession):
             ) as proc:
                 self.proc = proc
                 async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
                     nursery.start_soon(self._read, proc, nursery.cancel_scope)
                     await self._handshake()
                     task_status.started()
@@ -293,13 +300,17 @@ class CodexAppServerSession(b.BackendSession):
                 self.healthy = False
                 raise _exit_error(proc, "stopped accepting input") from None
 
-    async def request(self, method: str, params: Any, timeout: float = 60) -> Any:
+    async def request(
+        self, method: str, params: Any, timeout: float = 60, sent: trio.Event | None = None
+    ) -> Any:
         rid = self._next_id
         self._next_id += 1
         send, recv = trio.open_memory_channel[dict[str, Any]](1)
         self._pending[rid] = send
         try:
             await self._send({"id": rid, "method": method, "params": params})
+            if sent is not None:
+                sent.set()
             with trio.fail_after(timeout):
                 try:
                     response = await recv.receive()
@@ -360,14 +371,45 @@ class CodexAppServerSession(b.BackendSession):
     async def interrupt(self) -> None:
         if self._turn_id is None or self.codex_thread_id is None or self._exited.is_set():
             return
+        params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
+        nursery = self._nursery
+        if nursery is None:
+            await self._interrupt(params)
+            return
+        # Return once the request is out, not when Codex answers it (its turn/completed ends
+        # the turn either way): the engine then kills the running command at once.
+        sent = trio.Event()
+        nursery.start_soon(self._interrupt, params, sent)
+        await sent.wait()
+
+    async def _interrupt(self, params: dict[str, Any], sent: trio.Event | None = None) -> None:
         try:
-            await self.request(
-                "turn/interrupt",
-                {"threadId": self.codex_thread_id, "turnId": self._turn_id},
-                timeout=10,
-            )
+            await self.request("turn/interrupt", params, timeout=10, sent=sent)
         except _RpcFailure as exc:
             log.info("codex turn/interrupt: %s", exc)
+        except b.BackendError as exc:
+            log.warning("codex turn/interrupt: %s", exc.message)
+        finally:
+            if sent is not None:
+                sent.set()
+
+    def stop_commands(self, since: float) -> None:
+        """Kill the commands Codex started since `since` (the engine calls this right after
+        `interrupt`): Codex runs each in a session of its own (its sandbox helper), and
+        leaves an interrupted one running."""
+        if self.proc is not None and self._turn_id is not None:
+            self._stopped.update(self.proc.kill_escaped(since))
+
+    async def _commands_stopped(self) -> bool:
+        """Whether `stop_commands` killed something and all of it is gone (given up to
+        `_STOP_WAIT` s to go): then the interrupted turn left nothing running."""
+        if not self._stopped:
+            return False
+        with trio.move_on_after(_STOP_WAIT):
+            while not processes_gone(self._stopped):  # noqa: ASYNC110 - polling /proc
+                await trio.sleep(0.002)
+            return True
+        return False
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self.codex_thread_id is None or self._exited.is_set():
@@ -399,6 +441,7 @@ class CodexAppServerSession(b.BackendSession):
         self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
         in_flight_commands: set[str] = set()
         self._not_running = set()
+        self._stopped = {}
         final_error: TurnError | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -415,13 +458,16 @@ class CodexAppServerSession(b.BackendSession):
                         continue
                     if method == "turn/completed":
                         outcome = self._outcome(params.get("turn") or {}, final_error)
-                        if outcome.status == "interrupted" and (
-                            in_flight_commands - self._not_running
+                        if (
+                            outcome.status == "interrupted"
+                            and (in_flight_commands - self._not_running)
+                            and not await self._commands_stopped()
                         ):
-                            # Codex leaves an interrupted command running: restart the child
-                            # (its process group dies) and resume the thread next turn. Not
-                            # for a command still waiting for its approval: it never started,
-                            # and a restart would cost the next turn the app-server start-up.
+                            # Codex leaves an interrupted command running: unless the engine's
+                            # `stop_commands` killed it, restart the child (its process group
+                            # dies) and resume the thread next turn. Not for a command still
+                            # waiting for its approval: it never started, and a restart would
+                            # cost the next turn the app-server start-up.
                             self.healthy = False
                         nursery.cancel_scope.cancel()
                         return outcome

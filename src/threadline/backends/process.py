@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -49,13 +50,15 @@ __all__ = [
     "exit_status",
     "group_members",
     "open_group_process",
+    "processes_gone",
     "resolve_executable",
 ]
 
 _log = logging.getLogger(__name__)
 _cli_log = logging.getLogger("threadline.cli")
 
-_POLL = 0.02  # poll period while waiting for a signalled group to empty
+_POLL = 0.02  # longest poll period while waiting for a signalled group to empty
+_POLL_FIRST = 0.001  # first poll period: it doubles up to _POLL (most groups go at once)
 _TRACK_INTERVAL = 0.5  # how often descendants are remembered while the CLI runs
 _KILL_SETTLE = 1.0  # SIGKILL is asynchronous; how long to wait for the kernel to finish
 _CHUNK = 64 * 1024
@@ -242,6 +245,27 @@ def _walk_fast(roots: Iterable[int]) -> dict[int, _Stat]:
     return found
 
 
+@functools.cache
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+def _monotonic_to_ticks(when: float) -> int:
+    """`when` (time.monotonic()) as a /proc start time (clock ticks since boot), rounded
+    down by one more tick: a process started at `when` never compares as earlier."""
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) - (time.monotonic() - when)
+    return int(since_boot * _clock_ticks()) - 1
+
+
+def processes_gone(processes: Mapping[int, int]) -> bool:
+    """Whether none of `processes` (pid -> start time) still runs (zombies count as gone)."""
+    for pid, start in processes.items():
+        st = _read_stat(pid)
+        if st is not None and st.start == start and not st.dead:
+            return False
+    return True
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) pids whose process group is `pgid`."""
     try:
@@ -326,6 +350,7 @@ class GroupProcess:
         self._known: dict[int, int] = {}
         self._terminating = False
         self._terminated = trio.Event()
+        self._nursery: trio.Nursery | None = None  # set by open_group_process
         #: Processes still alive after the SIGKILL of terminate() (unkillable, e.g. state D).
         self.survivors: list[int] = []
 
@@ -504,8 +529,10 @@ class GroupProcess:
         members, escaped = self._refresh()
         return sorted(set(members) | set(escaped))
 
-    def _signal_all(self, sig: int) -> None:
-        members, escaped = self._refresh()
+    def _signal_all(
+        self, sig: int, snapshot: tuple[list[int], dict[int, _Stat]] | None = None
+    ) -> None:
+        members, escaped = self._refresh() if snapshot is None else snapshot
         # Once the leader is reaped and the group is empty, the pgid may belong to someone else.
         if members or self._leader_unreaped():
             _kill(self.pgid, sig, group=True)
@@ -515,9 +542,79 @@ class GroupProcess:
             _kill(pid, sig)
 
     def _leftovers(self) -> tuple[bool, list[int]]:
+        leader_running, left, _ = self._leftovers_snapshot()
+        return leader_running, left
+
+    def _leftovers_snapshot(
+        self,
+    ) -> tuple[bool, list[int], tuple[list[int], dict[int, _Stat]]]:
         leader_running = self._leader_unreaped()  # poll() also reaps an exited leader
         members, escaped = self._refresh()
-        return leader_running, sorted(set(members) | set(escaped))
+        return leader_running, sorted(set(members) | set(escaped)), (members, escaped)
+
+    def kill_escaped(self, since: float, grace: float | None = None) -> dict[int, int]:
+        """Kill the commands the CLI started since `since` (a `time.monotonic()` value) in
+        process groups of their own, without touching the CLI: SIGTERM now, SIGKILL to what
+        is left after `grace` seconds (default: the group's grace), in the background.
+        Returns the pids signalled.
+
+        Every agent CLI runs a tool's shell in a new session (claude, gemini and opencode
+        `detached`, codex through its sandbox helper), so a command is a descendant of the
+        CLI that leads a group other than ours. Only such escape points that started at or
+        after `since` are taken, with everything below them: a background process the CLI
+        started earlier is left alone, and so is anything still in the CLI's own group."""
+        if self._terminating:
+            return {}
+        since_ticks = _monotonic_to_ticks(since)
+        known = self._known_alive()
+        roots = set(known)
+        if self._leader_unreaped():
+            roots.add(self.pid)
+        # (Descendants remembered earlier are roots of the walk, which leaves them out.)
+        tree = {**known, **_walk_fast(roots)}
+        self._remember(tree)  # terminate() must still find them if the CLI dies now
+        picked = {
+            pid: st
+            for pid, st in tree.items()
+            if not st.dead and st.pgrp == pid != self.pgid and st.start >= since_ticks
+        }
+        if not picked:
+            return {}
+        # Everything below a picked escape point belongs to that command (nested sessions:
+        # codex's sandbox helper runs bwrap, which starts another session for the command).
+        targets = {p: st for p, st in _walk(picked, tree).items() if not st.dead}
+        targets.update(picked)
+        _log.debug("%s: SIGTERM to the commands %s", self.name, sorted(targets))
+        for pid, st in targets.items():
+            if st.pgrp == pid:
+                _kill(pid, signal.SIGTERM, group=True)
+            _kill(pid, signal.SIGTERM)
+        if self._nursery is not None:
+            wait = self._grace if grace is None else grace
+            self._nursery.start_soon(self._escalate, targets, wait)
+        return {pid: st.start for pid, st in targets.items()}
+
+    async def _escalate(self, targets: Mapping[int, _Stat], grace: float) -> None:
+        """SIGKILL whatever of `targets` (and their groups) outlives `grace` seconds."""
+        deadline = trio.current_time() + grace
+        delay = _POLL_FIRST
+        while True:
+            left = {}
+            for pid, old in targets.items():
+                st = _read_stat(pid)
+                if st is not None and st.start == old.start and not st.dead:
+                    left[pid] = st
+            if not left:
+                return
+            if trio.current_time() >= deadline:
+                break
+            await trio.sleep(delay)
+            delay = min(delay * 2, _POLL)
+        _log.debug("%s: SIGKILL to the commands %s after %.1fs", self.name, sorted(left), grace)
+        for pid, st in left.items():
+            if st.pgrp == pid:
+                _kill(pid, signal.SIGKILL, group=True)
+            _kill(pid, signal.SIGKILL)
 
     async def terminate(self, grace: float | None = None) -> None:
         """Kill the whole group and escaped descendants: SIGTERM, up to `grace` s, SIGKILL.
@@ -536,19 +633,25 @@ class GroupProcess:
             self._terminated.set()
 
     async def _terminate(self, grace: float) -> None:
-        leader_running, left = self._leftovers()  # also snapshots descendants before signalling
+        # (The snapshot also remembers descendants before anything is signalled.)
+        leader_running, left, snapshot = self._leftovers_snapshot()
         if not leader_running and not left:
             return
         _log.debug("%s: SIGTERM to group %d and %s", self.name, self.pgid, left)
-        self._signal_all(signal.SIGTERM)
+        self._signal_all(signal.SIGTERM, snapshot)
         deadline = trio.current_time() + grace
+        delay = _POLL_FIRST
         while True:  # polling /proc: there is no event for "the group is empty"
+            # Most CLIs and commands go within a millisecond or two of SIGTERM: poll soon,
+            # then less often (a fixed 20 ms period made every cancel wait 20 ms or more).
+            with trio.move_on_after(delay):
+                await self._proc.wait()
+            delay = min(delay * 2, _POLL)
             leader_running, left = self._leftovers()
             if not leader_running and not left:
                 return
             if trio.current_time() >= deadline:
                 break
-            await trio.sleep(_POLL)
         _log.debug("%s: SIGKILL to group %d and %s after %.1fs", self.name, self.pgid, left, grace)
         self._signal_all(signal.SIGKILL)
         await self._proc.wait()
@@ -652,6 +755,7 @@ async def open_group_process(
     body_exc: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
+            gp._nursery = nursery
             nursery.start_soon(gp._drain_stderr)
             nursery.start_soon(gp._watch)
             try:

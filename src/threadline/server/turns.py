@@ -66,6 +66,10 @@ __all__ = ["TurnRun", "input_text"]
 
 log = logging.getLogger("threadline.turns")
 
+# A command's process may start a little before its item/started reaches the turn runner:
+# processes started up to this long before it count as the command's (see `_stop_commands`).
+_COMMAND_START_SLACK = 0.5
+
 TurnStatus = Literal["completed", "interrupted", "failed"]
 
 
@@ -140,6 +144,8 @@ class TurnRun:
         # closed by an interrupt while waiting is reported as declined (the tool never ran).
         self._approvals: dict[str, str] = {}
         self._completed: set[str] = set()
+        # In-flight commandExecution items -> when they started (time.monotonic()).
+        self._commands: dict[str, float] = {}
         self._interrupt_requested = False
         self._hard_cancelled = False
         self._timed_out = False
@@ -353,11 +359,34 @@ class TurnRun:
             except Exception:
                 log.exception("native interrupt failed; cancelling the turn")
             else:
+                self._stop_commands(session)
                 with trio.move_on_after(self.thread.interrupt_grace):
                     await self.done.wait()
         if not self.finished:
             self._hard_cancelled = True
             self._scope.cancel()
+
+    def _stop_commands(self, session: b.BackendSession) -> None:
+        """Kill the turn's running commands now, right after the native interrupt went out,
+        instead of whenever the CLI gets to it (Gemini first walks the shell's process tree
+        with one `pgrep` per level: 150-300 ms; Claude ~40 ms; Codex never does, and
+        threadline restarts its app-server for that). The CLI keeps running; its interrupt
+        still ends the turn. Sessions offer this as an optional `stop_commands(since)`
+        method (a `time.monotonic()` value: processes the CLI started since then, in
+        process groups of their own)."""
+        running = [
+            started
+            for item_id, started in self._commands.items()
+            if self._approvals.get(item_id) not in ("pending", "decline", "cancel")
+        ]
+        stop = getattr(session, "stop_commands", None)
+        if not running or stop is None:
+            return
+        since = max(self._started_mono, min(running) - _COMMAND_START_SLACK)
+        try:
+            stop(since)
+        except Exception:
+            log.exception("stopping the running commands failed (the CLI still stops them)")
 
     # -- approvals -----------------------------------------------------------------------------
 
@@ -530,6 +559,8 @@ class TurnRun:
             log.warning("ignoring a second start of item %s", item.id)
             return
         self._open[item.id] = _OpenItem(item=item)
+        if isinstance(item, CommandExecutionItem):
+            self._commands[item.id] = time.monotonic()
         try:
             await self._notify(
                 "item/started",
@@ -542,6 +573,7 @@ class TurnRun:
             # only when nothing was sent): the client never saw the item, so the turn's end
             # must not complete it either (found by the fault matrix: SIGTERM mid-turn).
             self._open.pop(item.id, None)
+            self._commands.pop(item.id, None)
             raise
 
     def _reconcile(self, item: ThreadItem) -> ThreadItem:
@@ -569,6 +601,7 @@ class TurnRun:
     async def _complete(self, item: ThreadItem) -> None:
         entry = self._open.pop(item.id)
         self._completed.add(item.id)
+        started = self._commands.pop(item.id, None)
         try:
             completed_at = await self._send_completion(item, entry)
         except BaseException:
@@ -576,6 +609,8 @@ class TurnRun:
             # client, and the turn's end must close it.
             self._completed.discard(item.id)
             self._open[item.id] = entry
+            if started is not None:
+                self._commands[item.id] = started
             raise
         if isinstance(item, AgentMessageItem):
             self._final_message = item
