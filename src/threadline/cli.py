@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import sys
-from functools import partial
 from pathlib import Path
-
-import trio
+from typing import Any
 
 from . import __version__
 
@@ -52,6 +48,8 @@ def _max_request_bytes(default: int) -> int:
 
 
 def _setup_logging() -> None:
+    import logging
+
     raw_level = os.environ.get("THREADLINE_LOG_LEVEL", "WARNING").strip().upper()
     # Only real level names (or numbers): getattr(logging, name) also found non-levels such as
     # BASIC_FORMAT, and setLevel() then crashed at start-up.
@@ -71,13 +69,13 @@ def _setup_logging() -> None:
         )
 
 
-def _serve() -> int:
-    from .backends.ledger import ProcessLedger, set_ledger
-    from .backends.registry import create_backends
-    from .rpc.connection import DEFAULT_MAX_REQUEST
-    from .server.app import Server, serve_stdio
+def _serve(ignored_options: tuple[str, ...] = ()) -> int:
+    # Only light modules until `initialize` is answered (see server/handshake.py): a client
+    # waits for that answer first, and the engine's imports cost more than the answer itself.
+    from .home import default_root
+    from .rpc.limits import DEFAULT_MAX_REQUEST
     from .server.config import ConfigError, ServerConfig
-    from .store import ThreadStore
+    from .server.handshake import answer_first_initialize
 
     try:
         config = ServerConfig.from_env()
@@ -85,12 +83,31 @@ def _serve() -> int:
     except (ConfigError, ValueError) as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
-    store = ThreadStore.from_env()
+    root = default_root()
+    handshake = answer_first_initialize(root, config.cli_path, config.default_backend)
+    if handshake.signals and handshake.params is None and not handshake.pending:
+        return 0  # signalled before the first request: nothing was started yet
+    _setup_logging()
+    if ignored_options:
+        import logging
+
+        logging.getLogger("threadline").warning(
+            "ignoring codex options: %s", " ".join(ignored_options)
+        )
+
+    import trio
+
+    from .backends.ledger import ProcessLedger, set_ledger
+    from .backends.registry import create_backends
+    from .server.app import Server, serve_stdio
+    from .store import ThreadStore
+
+    store = ThreadStore(root)
     # CLIs left running by a server that was SIGKILLed are killed before we start our own.
     ledger = ProcessLedger(store.root / "run")
     ledger.reap_stale()
     set_ledger(ledger)
-    server = Server(config, store, create_backends(), max_request=max_request)
+    server = Server(config, store, create_backends(), max_request=max_request, handshake=handshake)
     trio.run(serve_stdio, server)
     return 0
 
@@ -112,6 +129,10 @@ def _docs(out: Path, schemas: Path) -> int:
 
 
 def _doctor() -> int:
+    from functools import partial
+
+    import trio
+
     from .backends.registry import create_backends
     from .server.app import backend_infos
     from .server.config import ConfigError, ServerConfig
@@ -150,7 +171,7 @@ def _doctor() -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: Any) -> int:
     from .terminal import RunOptions, run_main
 
     return run_main(
@@ -168,6 +189,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else argv
+    if not args_list or args_list == ["serve"]:
+        # How clients spawn us: straight to serving, argparse and logging imported later
+        # (after the `initialize` answer, see _serve).
+        return _serve()
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="threadline",
         description=_DESCRIPTION,
@@ -216,11 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
-    _setup_logging()
-    if args.command == "schema":
-        return _schema(args.out)
-    if args.command == "doctor":
-        return _doctor()
+    if args.command in (None, "serve"):
+        return _serve()
     if args.command == "app-server":
         if args.listen != "stdio://":
             print(
@@ -229,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         ignored = [f"-c {c}" for c in args.config] + [f"--enable {f}" for f in args.enable]
         ignored += [f"--disable {f}" for f in args.disable]
-        if ignored:
-            logging.getLogger("threadline").warning("ignoring codex options: %s", " ".join(ignored))
-        return _serve()
+        return _serve(tuple(ignored))
+    _setup_logging()
+    if args.command == "schema":
+        return _schema(args.out)
+    if args.command == "doctor":
+        return _doctor()
     if args.command == "docs":
         return _docs(args.out, args.schemas)
     return _serve()

@@ -405,7 +405,8 @@ async def test_mock_directive_errors_fail_the_turn_readably(
 
 
 async def test_a_crash_exits_non_zero(nursery: trio.Nursery, home: Path) -> None:
-    """An exception escaping the server must not be swallowed into a silent exit 0."""
+    """An exception escaping the server must not be swallowed into a silent exit 0. (The
+    engine loads once the first request has arrived, so the test sends one.)"""
     code = (
         "import threadline.rpc.connection as c\n"
         "async def boom(self, stream):\n"
@@ -416,6 +417,7 @@ async def test_a_crash_exits_non_zero(nursery: trio.Nursery, home: Path) -> None
     )
     argv = [sys.executable, "-c", code]
     async with running_server(nursery, home, argv=argv, check_exit=False) as srv:
+        await srv.send({"id": 1, "method": "thread/list", "params": {}})
         rc = await srv.wait(20)
     assert rc != 0
     assert "boom from the test" in srv.stderr_text

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
+from ..channels import receive_ready
 from ..protocol import (
     AgentMessageItem,
     CommandExecutionItem,
@@ -938,7 +939,7 @@ class AcpSession(b.BackendSession):
                 nursery.start_soon(prompt_task)
                 while True:
                     try:
-                        update = await self._updates.receive()
+                        update = await receive_ready(self._updates)
                     except trio.EndOfChannel:
                         update = None
                     if update is None:

@@ -33,6 +33,7 @@ from ..protocol import (
     TurnPlanStep,
     UserInput,
 )
+from .catalog import BackendCheck
 
 __all__ = [
     "AgentMessageDelta",
@@ -309,17 +310,6 @@ class TurnContext(Protocol):
         ...
 
     async def mark_role_bootstrap_applied(self) -> None: ...
-
-
-@dataclass
-class BackendCheck:
-    """Result of `Backend.check()`: is the CLI usable here?"""
-
-    available: bool
-    path: str | None = None
-    version: str | None = None
-    message: str | None = None
-    credentials: str | None = None
 
 
 class BackendSession(abc.ABC):

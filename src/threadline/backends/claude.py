@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
+from ..channels import receive_ready, send_ready
 from ..protocol import (
     BackendCapabilities,
     Model,
@@ -37,41 +38,15 @@ from ..protocol import (
     ToolRequestUserInputQuestion,
 )
 from . import base as b
+from .catalog import CLAUDE
 from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult
-from .cli_version import check_cli, credentials_hint
+from .cli_version import check_cli
 from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
 
 __all__ = ["ClaudeBackend"]
 
 log = logging.getLogger("threadline.backend.claude")
 
-_STREAM_CAPS = BackendCapabilities(
-    approvals=True,
-    interrupt=True,
-    resume=True,
-    deltas=True,
-    reasoning=True,
-    images=False,
-    invocation=(
-        "one live `claude -p --input-format stream-json --output-format stream-json` per "
-        "thread; approvals over its control protocol (`--permission-prompt-tool stdio`); "
-        "resume with `--resume`"
-    ),
-    role_injection="`--append-system-prompt` plus one bootstrap message on the first turn",
-)
-_PRINT_CAPS = BackendCapabilities(
-    approvals=False,
-    interrupt=False,
-    resume=True,
-    deltas=True,
-    reasoning=True,
-    images=False,
-    invocation=(
-        "`claude -p --output-format stream-json` spawned per turn, `--resume <session>` "
-        "from the 2nd turn; tools limited by `--allowedTools`"
-    ),
-    role_injection="`--append-system-prompt` plus one bootstrap message on the first turn",
-)
 _DECLINE_MESSAGE = "The user declined this tool use."
 
 
@@ -280,7 +255,7 @@ class ClaudeStreamSession(b.BackendSession):
                 log.warning("claude printed invalid JSON: %s", line[:200])
                 continue
             if isinstance(message, dict):
-                await self._messages_send.send(message)
+                await send_ready(self._messages_send, message)
         await proc.wait()
         await self._messages_send.send(None)  # EOF marker: the CLI is gone
         scope.cancel()
@@ -375,7 +350,7 @@ class ClaudeStreamSession(b.BackendSession):
         pending_tools: dict[str, str] = {}  # control request id -> tool_use_id
         while True:
             try:
-                message = await self._messages.receive()
+                message = await receive_ready(self._messages)
             except trio.EndOfChannel:
                 message = None
             if message is None:
@@ -659,12 +634,12 @@ def _unattended_flags() -> list[str]:
 
 
 class ClaudeBackend(b.Backend):
-    id = "claude"
-    display_name = "Claude Code"
-    modes = ("stream", "print")
+    id = CLAUDE.id
+    display_name = CLAUDE.display_name
+    modes = CLAUDE.modes
     honours_max_turns = True
     honours_allowed_tools = True
-    default_mode = "stream"
+    default_mode = CLAUDE.default_mode
 
     def __init__(self) -> None:
         #: Session ids recorded for a thread whose transcript the CLI never wrote (it was
@@ -672,7 +647,7 @@ class ClaudeBackend(b.Backend):
         self._unsaved: set[str] = set()
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return _PRINT_CAPS if mode == "print" else _STREAM_CAPS
+        return CLAUDE.capabilities[mode]
 
     def _binary(self, settings_or_path: b.SessionSettings | str | None) -> str:
         if isinstance(settings_or_path, b.SessionSettings):
@@ -683,17 +658,7 @@ class ClaudeBackend(b.Backend):
         return resolve_executable(path, env)
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(
-            "claude",
-            cli_path,
-            credentials_hint(
-                [
-                    ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY set"),
-                    ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
-                ],
-                "no API key in the environment (a logged-in CLI may still work)",
-            ),
-        )
+        return await check_cli(CLAUDE, cli_path)
 
     @asynccontextmanager
     async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:

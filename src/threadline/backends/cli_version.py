@@ -1,20 +1,23 @@
 """A CLI's version, quickly: agent CLIs are node programs whose `--version` costs 0.2-3.5 s
 (gemini), so `initialize` and `doctor` read the npm package's own package.json when the
-binary comes from one, and otherwise run `--version` once per binary (cached by mtime)."""
+binary comes from one, and otherwise run `--version` once per binary (cached by mtime).
+
+Both forms of the check share one cache: `check_cli_now` (blocking, no trio: used to answer
+`initialize` before the engine is loaded) and `check_cli` (async, for `doctor` and the
+engine)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
 
-import trio
+from .catalog import BackendCheck, BackendSpec
+from .executables import ProcessError, resolve_executable
 
-from .base import BackendCheck
-from .process import ProcessError, resolve_executable
+__all__ = ["check_cli", "check_cli_now", "cli_version", "cli_version_now"]
 
-__all__ = ["check_cli", "cli_version", "credentials_hint"]
-
+_VERSION_TIMEOUT = 10.0
 _cache: dict[tuple[str, float], str | None] = {}
 
 
@@ -39,52 +42,87 @@ def _package_version(path: str) -> str | None:
     return None
 
 
-async def cli_version(path: str, timeout: float = 10.0) -> str | None:
-    """The CLI's version string, or None when it cannot be determined."""
+def _first_line(stdout: bytes | None, stderr: bytes | None) -> str | None:
+    text = (stdout or stderr or b"").decode("utf-8", "replace").strip()
+    return text.splitlines()[0] if text else None
+
+
+def _known_version(path: str) -> tuple[bool, str | None]:
+    """(True, version) when the version is known without running the CLI: cached, or from
+    its npm package (or the binary is gone: (True, None)); else (False, None)."""
     try:
         key = (os.path.realpath(path), os.stat(path).st_mtime)
     except OSError:
-        return None
+        return True, None
     if key in _cache:
-        return _cache[key]
+        return True, _cache[key]
     version = _package_version(path)
-    if version is None:
-        with trio.move_on_after(timeout):
-            try:
-                result = await trio.run_process(
-                    [path, "--version"],
-                    capture_stdout=True,
-                    capture_stderr=True,
-                    check=False,
-                    stdin=b"",
-                )
-            except OSError:
-                return None
-            text = (result.stdout or result.stderr).decode("utf-8", "replace").strip()
-            version = text.splitlines()[0] if text else None
-    _cache[key] = version
+    if version is not None:
+        _cache[key] = version
+        return True, version
+    return False, None
+
+
+def cli_version_now(path: str, timeout: float = _VERSION_TIMEOUT) -> str | None:
+    """`cli_version`, blocking: a `--version` run, when needed, blocks the caller."""
+    known, version = _known_version(path)
+    if known:
+        return version
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [path, "--version"], input=b"", capture_output=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    version = _first_line(done.stdout, done.stderr)
+    with contextlib.suppress(OSError):
+        _cache[(os.path.realpath(path), os.stat(path).st_mtime)] = version
     return version
 
 
-def credentials_hint(
-    checks: Sequence[tuple[str, str]], fallback: str, env: Mapping[str, str] | None = None
-) -> str:
-    """The first `(variable, hint)` whose variable is set, else `fallback` (never the value)."""
-    env = os.environ if env is None else env
-    return next((hint for var, hint in checks if env.get(var)), fallback)
+async def cli_version(path: str, timeout: float = _VERSION_TIMEOUT) -> str | None:
+    """The CLI's version string, or None when it cannot be determined. A `--version` run
+    happens in a worker thread; a cancelled caller abandons it (it ends by its own timeout)."""
+    known, version = _known_version(path)
+    if known:
+        return version
+    import trio
+
+    return await trio.to_thread.run_sync(cli_version_now, path, timeout, abandon_on_cancel=True)
 
 
-async def check_cli(name: str, cli_path: str | None, credentials: str) -> BackendCheck:
-    """The standard `Backend.check()`: binary found and runnable, its version, a hint."""
+def _resolve(spec: BackendSpec, cli_path: str | None) -> str | BackendCheck:
+    if spec.cli is None:
+        return BackendCheck(available=True, version="builtin", credentials=spec.no_credentials)
     try:
-        path = resolve_executable(cli_path or name)
+        return resolve_executable(cli_path or spec.cli)
     except ProcessError as exc:
         return BackendCheck(available=False, message=str(exc))
-    version = await cli_version(path)
+
+
+def _checked(spec: BackendSpec, path: str, version: str | None) -> BackendCheck:
     return BackendCheck(
         available=version is not None,
         path=path,
         version=version,
-        credentials=credentials,
-        message=None if version else f"`{name} --version` failed",
+        credentials=spec.credentials_hint(os.environ),
+        message=None if version else f"`{spec.cli} --version` failed",
     )
+
+
+def check_cli_now(spec: BackendSpec, cli_path: str | None) -> BackendCheck:
+    """`check_cli`, blocking and without trio."""
+    path = _resolve(spec, cli_path)
+    if isinstance(path, BackendCheck):
+        return path
+    return _checked(spec, path, cli_version_now(path))
+
+
+async def check_cli(spec: BackendSpec, cli_path: str | None) -> BackendCheck:
+    """The standard `Backend.check()`: binary found and runnable, its version, a hint."""
+    path = _resolve(spec, cli_path)
+    if isinstance(path, BackendCheck):
+        return path
+    return _checked(spec, path, await cli_version(path))

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
+from ..channels import receive_ready, send_ready
 from ..protocol import (
     AgentMessageItem,
     BackendCapabilities,
@@ -61,7 +62,8 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
-from .cli_version import check_cli, credentials_hint
+from .catalog import CODEX
+from .cli_version import check_cli
 from .process import (
     GroupProcess,
     LineTooLong,
@@ -78,32 +80,6 @@ log = logging.getLogger("threadline.backend.codex")
 
 _STOP_WAIT = 0.5  # how long the commands killed on interrupt get to go before a restart
 
-_APP_CAPS = BackendCapabilities(
-    approvals=True,
-    interrupt=True,
-    resume=True,
-    deltas=True,
-    reasoning=True,
-    images=True,
-    invocation=(
-        "one `codex app-server` per thread (native binary), proxied 1:1; resume with "
-        "`thread/resume`"
-    ),
-    role_injection="native: `developerInstructions` / `baseInstructions` on thread/start",
-)
-_EXEC_CAPS = BackendCapabilities(
-    approvals=False,
-    interrupt=False,
-    resume=True,
-    deltas=False,
-    reasoning=True,
-    images=False,
-    invocation=(
-        "`codex exec --json` spawned per turn (prompt on stdin), `codex exec resume "
-        "<session>` from the 2nd turn"
-    ),
-    role_injection="native: `-c developer_instructions=…` / `-c instructions=…`",
-)
 _ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
 _USAGE_DECODER = msgspec.json.Decoder(ThreadTokenUsage)
 _ERROR_DECODER = msgspec.json.Decoder(TurnError)
@@ -280,7 +256,7 @@ class CodexAppServerSession(b.BackendSession):
                 if chan is not None:
                     chan.send_nowait(msg)
                 continue
-            await self._events_send.send(msg)
+            await send_ready(self._events_send, msg)
         await proc.wait()
         self.healthy = False
         await self._events_send.send(None)
@@ -487,7 +463,7 @@ class CodexAppServerSession(b.BackendSession):
 
     async def _next_event(self) -> dict[str, Any]:
         try:
-            msg = await self._events.receive()
+            msg = await receive_ready(self._events)
         except trio.EndOfChannel:
             msg = None
         if msg is None:
@@ -910,23 +886,16 @@ def _error_info(message: str) -> str | dict[str, Any]:
 
 
 class CodexBackend(b.Backend):
-    id = "codex"
-    display_name = "Codex"
-    modes = ("app-server", "exec")
-    default_mode = "app-server"
+    id = CODEX.id
+    display_name = CODEX.display_name
+    modes = CODEX.modes
+    default_mode = CODEX.default_mode
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return _EXEC_CAPS if mode == "exec" else _APP_CAPS
+        return CODEX.capabilities[mode]
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(
-            "codex",
-            cli_path,
-            credentials_hint(
-                [("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")],
-                "no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
-            ),
-        )
+        return await check_cli(CODEX, cli_path)
 
     @asynccontextmanager
     async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:

@@ -54,7 +54,8 @@ from ..protocol import (
 )
 from . import base as b
 from .acp import AcpError, AcpPool, AcpSession
-from .cli_version import check_cli, credentials_hint
+from .catalog import GEMINI
+from .cli_version import check_cli
 from .process import (
     LineTooLong,
     ProcessError,
@@ -67,31 +68,6 @@ __all__ = ["GeminiBackend"]
 
 log = logging.getLogger("threadline.backend.gemini")
 
-_ACP_CAPS = BackendCapabilities(
-    approvals=True,
-    interrupt=True,
-    resume=True,
-    deltas=True,
-    reasoning=True,
-    images=False,
-    invocation=(
-        "one `gemini --acp` per working directory shared by its threads (ACP over stdio);"
-        " resume with `session/load`"
-    ),
-    role_injection="bootstrap text block prepended to the first prompt",
-)
-_HEADLESS_CAPS = BackendCapabilities(
-    approvals=False,
-    interrupt=False,
-    resume=True,
-    deltas=True,
-    reasoning=False,
-    images=False,
-    invocation=(
-        "`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"
-    ),
-    role_injection="bootstrap text prepended to the first prompt",
-)
 _EXIT_MEANING = {
     41: ("authentication is not configured for gemini", "unauthorized"),
     42: ("gemini rejected its input (bad --resume or --session-id)", "badRequest"),
@@ -469,10 +445,10 @@ def _finish_tool(item: ThreadItem, event: dict[str, Any]) -> ThreadItem:
 
 
 class GeminiBackend(b.Backend):
-    id = "gemini"
-    display_name = "Gemini CLI"
-    modes = ("acp", "headless")
-    default_mode = "acp"
+    id = GEMINI.id
+    display_name = GEMINI.display_name
+    modes = GEMINI.modes
+    default_mode = GEMINI.default_mode
 
     def __init__(self) -> None:
         self._pool = AcpPool("gemini --acp")
@@ -481,20 +457,10 @@ class GeminiBackend(b.Backend):
         self._pool.attach(nursery)
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return _HEADLESS_CAPS if mode == "headless" else _ACP_CAPS
+        return GEMINI.capabilities[mode]
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(
-            "gemini",
-            cli_path,
-            credentials_hint(
-                [
-                    ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
-                    ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
-                ],
-                "no GEMINI_API_KEY (a logged-in CLI may still work)",
-            ),
-        )
+        return await check_cli(GEMINI, cli_path)
 
     @asynccontextmanager
     async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:

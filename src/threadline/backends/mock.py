@@ -50,19 +50,11 @@ from ..protocol import (
     UnknownAction,
 )
 from . import base as b
+from .catalog import MOCK
+from .cli_version import check_cli
 from .process import ProcessError, open_group_process
 
 __all__ = ["MockBackend"]
-
-_CAPS = BackendCapabilities(
-    approvals=True,
-    interrupt=True,
-    resume=True,
-    deltas=True,
-    reasoning=True,
-    invocation="in-process scripted agent (no CLI, no network); directives in the prompt",
-    role_injection="bootstrap message echoed on the first turn",
-)
 
 
 def _words(text: str) -> list[str]:
@@ -329,16 +321,16 @@ class MockSession(b.BackendSession):
 
 
 class MockBackend(b.Backend):
-    id = "mock"
-    display_name = "Mock (scripted, offline)"
-    modes = ("script",)
-    default_mode = "script"
+    id = MOCK.id
+    display_name = MOCK.display_name
+    modes = MOCK.modes
+    default_mode = MOCK.default_mode
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return _CAPS
+        return MOCK.capabilities[mode]
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return b.BackendCheck(available=True, version="builtin", credentials="none needed")
+        return await check_cli(MOCK, cli_path)
 
     @asynccontextmanager
     async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:

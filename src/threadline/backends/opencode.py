@@ -62,7 +62,8 @@ from .acp import (
     AcpTurnMapper,
     error_info_for_code,
 )
-from .cli_version import check_cli, credentials_hint
+from .catalog import OPENCODE
+from .cli_version import check_cli
 from .process import (
     LineTooLong,
     ProcessError,
@@ -75,29 +76,6 @@ __all__ = ["OpenCodeBackend"]
 
 log = logging.getLogger("threadline.backend.opencode")
 
-_ACP_CAPS = BackendCapabilities(
-    approvals=True,
-    interrupt=True,
-    resume=True,
-    deltas=True,
-    reasoning=True,
-    images=False,
-    invocation=(
-        "one `opencode acp` per working directory shared by its threads (ACP over stdio);"
-        " resume with `session/load`"
-    ),
-    role_injection="bootstrap text block prepended to the first prompt",
-)
-_RUN_CAPS = BackendCapabilities(
-    approvals=False,
-    interrupt=False,
-    resume=True,
-    deltas=False,
-    reasoning=True,
-    images=False,
-    invocation="`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn",
-    role_injection="bootstrap text prepended to the first prompt",
-)
 _ASK = {"bash": "ask", "edit": "ask", "webfetch": "ask"}
 _ALLOW = {
     "bash": "allow",
@@ -634,10 +612,10 @@ class OpenCodeAcpSession(AcpSession):
 
 
 class OpenCodeBackend(b.Backend):
-    id = "opencode"
-    display_name = "OpenCode"
-    modes = ("acp", "run")
-    default_mode = "acp"
+    id = OPENCODE.id
+    display_name = OPENCODE.display_name
+    modes = OPENCODE.modes
+    default_mode = OPENCODE.default_mode
 
     def __init__(self) -> None:
         self._pool = AcpPool("opencode acp")
@@ -646,17 +624,10 @@ class OpenCodeBackend(b.Backend):
         self._pool.attach(nursery)
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return _RUN_CAPS if mode == "run" else _ACP_CAPS
+        return OPENCODE.capabilities[mode]
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(
-            "opencode",
-            cli_path,
-            credentials_hint(
-                [("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set")],
-                "provider credentials come from opencode's own config (opencode auth)",
-            ),
-        )
+        return await check_cli(OPENCODE, cli_path)
 
     @asynccontextmanager
     async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:

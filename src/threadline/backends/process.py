@@ -36,6 +36,7 @@ import trio
 
 from threadline.rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
 
+from .executables import CliNotExecutable, CliNotFound, ProcessError, resolve_executable
 from .ledger import current_ledger
 
 __all__ = [
@@ -63,60 +64,6 @@ _TRACK_INTERVAL = 0.5  # how often descendants are remembered while the CLI runs
 _KILL_SETTLE = 1.0  # SIGKILL is asynchronous; how long to wait for the kernel to finish
 _CHUNK = 64 * 1024
 _LOG_LINE_MAX = 8 * 1024  # longest stderr line written to the debug log
-
-
-class ProcessError(Exception):
-    """A CLI could not be started or talked to."""
-
-
-class CliNotFound(ProcessError):
-    """The CLI binary does not exist."""
-
-
-class CliNotExecutable(ProcessError):
-    """The CLI binary exists but cannot be executed."""
-
-
-# --------------------------------------------------------------------------- executable / env
-
-
-def resolve_executable(name_or_path: str, env: Mapping[str, str] | None = None) -> str:
-    """Absolute path of the executable `name_or_path`, checked before anything is spawned.
-
-    A name containing "/" is a path (relative ones are taken relative to our cwd, not the
-    child's). A bare name is searched on ``env["PATH"]`` when `env` is given (that is the PATH
-    the CLI will see), else on ours. Empty PATH entries are skipped: treating them as "." would
-    run whatever sits in the working directory.
-    """
-    if not name_or_path:
-        raise CliNotFound("empty command name")
-    if os.sep in name_or_path:
-        path = os.path.abspath(name_or_path)
-        label = os.path.basename(path) or name_or_path
-        if not os.path.exists(path):
-            raise CliNotFound(f"{label}: not found at {path}")
-        if os.path.isdir(path):
-            raise CliNotExecutable(f"{label}: {path} is a directory")
-        if not os.access(path, os.X_OK):
-            raise CliNotExecutable(f"{label}: {path} is not executable (permission denied)")
-        return path
-
-    search = (env if env is not None else os.environ).get("PATH", os.defpath)
-    not_executable: str | None = None
-    for directory in search.split(os.pathsep):
-        if not directory:
-            continue
-        candidate = os.path.join(directory, name_or_path)
-        if not os.path.isfile(candidate):
-            continue
-        if os.access(candidate, os.X_OK):
-            return os.path.abspath(candidate)
-        not_executable = not_executable or os.path.abspath(candidate)
-    if not_executable is not None:
-        raise CliNotExecutable(
-            f"{name_or_path}: {not_executable} is not executable (permission denied)"
-        )
-    raise CliNotFound(f"{name_or_path}: command not found (looked for {name_or_path!r} on PATH)")
 
 
 def exit_status(code: int) -> str:
@@ -374,7 +321,11 @@ class GroupProcess:
         """
         if self._stdout_done:
             return None
-        line: bytes | None = None
+        # A line already read from the pipe: no deadline, cancel scope or waitpid needed
+        # (these cost more than the line itself in a burst of small deltas).
+        line = self._stdout.buffered_line()
+        if line is not None:
+            return line
         with trio.CancelScope() as scope:
             if self._leader_exited or self._proc.poll() is not None:
                 self._leader_exited = True

@@ -18,14 +18,12 @@ import trio
 from .dispatch import Dispatcher, PreparedCall
 from .errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError
 from .framing import LineReader, LineTooLong
+from .limits import DEFAULT_MAX_REQUEST
 from .peer import Peer, _Error, _ErrorObject, _Result
 
-__all__ = ["Connection", "Reply"]
+__all__ = ["DEFAULT_MAX_REQUEST", "Connection", "Reply"]
 
 log = logging.getLogger("threadline.rpc")
-
-#: Default cap on one inbound protocol line (prompts of several MB are fine).
-DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
 
 
 class Reply:

@@ -36,20 +36,34 @@ class LineReader:
         self._stream = stream
         self._max = max_line
         self._buf = bytearray()
-        self._scan = 0  # bytes of _buf already known to hold no newline
+        self._pos = 0  # start of the unread part of _buf (consumed bytes are dropped lazily)
+        self._scan = 0  # bytes of _buf before this offset are known to hold no newline
         self._eof = False
+
+    def buffered_line(self) -> bytes | None:
+        """The next line if it is already buffered whole, else None: no I/O and no trio
+        checkpoint, so a burst of lines can be handled without a task switch per line.
+        Raises LineTooLong like `receive_line`."""
+        idx = self._buf.find(b"\n", max(self._pos, self._scan))
+        if idx < 0:
+            self._scan = len(self._buf)
+            return None
+        line = bytes(self._buf[self._pos : idx])
+        self._pos = self._scan = idx + 1
+        if len(line) > self._max:
+            raise LineTooLong(self._max, len(line))
+        return line
 
     async def receive_line(self) -> bytes | None:
         while True:
-            idx = self._buf.find(b"\n", self._scan)
-            if idx >= 0:
-                line = bytes(self._buf[:idx])
-                del self._buf[: idx + 1]
-                self._scan = 0
-                if len(line) > self._max:
-                    raise LineTooLong(self._max, len(line))
+            line = self.buffered_line()
+            if line is not None:
                 return line
-            self._scan = len(self._buf)
+            # No whole line buffered: drop what was consumed (one move per read, not one
+            # per line) and read on.
+            del self._buf[: self._pos]
+            self._scan -= self._pos
+            self._pos = 0
             if self._eof:
                 if not self._buf:
                     return None

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import trio
 
+from ..channels import send_ready
 from .errors import RpcError
 
 __all__ = ["Peer", "PeerGone", "PeerResponse"]
@@ -86,7 +87,7 @@ class Peer:
             return
         line = self._encoder.encode(message) + b"\n"
         try:
-            await self._outbox.send(line)
+            await send_ready(self._outbox, line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._closed = True
 

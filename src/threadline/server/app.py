@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import signal
 import sys
 from collections.abc import Mapping
@@ -13,21 +12,16 @@ from typing import Any
 
 import trio
 
-from .. import __version__
-from ..backends.base import Backend
-from ..protocol import (
-    CLIENT_METHODS,
-    BackendInfo,
-    InitializeParams,
-    InitializeResponse,
-    ServerInfo,
-)
-from ..rpc.connection import DEFAULT_MAX_REQUEST, Connection
+from ..backends.base import Backend, BackendCheck
+from ..protocol import CLIENT_METHODS, BackendInfo, InitializeParams, InitializeResponse
+from ..rpc.connection import Connection
 from ..rpc.dispatch import Dispatcher, PreparedCall
 from ..rpc.framing import write_loop
+from ..rpc.limits import DEFAULT_MAX_REQUEST
 from ..rpc.peer import Peer
 from ..store import ThreadStore
 from .config import ServerConfig
+from .handshake import Handshake, backend_info, initialize_response, opt_out_methods
 from .service import ThreadService
 
 __all__ = ["Server", "backend_infos", "serve_stdio"]
@@ -50,34 +44,18 @@ async def backend_infos(
     async def one(backend: Backend) -> None:
         # BACKEND_CLI_PATH names the default backend's binary only.
         check = await backend.check(cli_path if backend.id == cli_path_for else None)
-        infos[backend.id] = BackendInfo(
-            id=backend.id,
-            available=check.available,
-            modes=list(backend.modes),
-            default_mode=backend.default_mode,
-            capabilities={m: backend.capabilities(m) for m in backend.modes},
-            version=check.version,
-            path=check.path,
-            message=check.message,
-            credentials=check.credentials,
-        )
+        infos[backend.id] = _info(backend, check)
 
     with trio.move_on_after(timeout):
         async with trio.open_nursery() as nursery:
             for backend in backends.values():
                 nursery.start_soon(one, backend)
-    return [
-        infos.get(b.id)
-        or BackendInfo(
-            id=b.id,
-            available=False,
-            modes=list(b.modes),
-            default_mode=b.default_mode,
-            capabilities={m: b.capabilities(m) for m in b.modes},
-            message="check timed out",
-        )
-        for b in backends.values()
-    ]
+    return [infos.get(b.id) or _info(b, None) for b in backends.values()]
+
+
+def _info(backend: Backend, check: BackendCheck | None) -> BackendInfo:
+    caps = {m: backend.capabilities(m) for m in backend.modes}
+    return backend_info(backend.id, backend.modes, backend.default_mode, caps, check)
 
 
 class Server:
@@ -88,8 +66,11 @@ class Server:
         backends: Mapping[str, Backend],
         *,
         max_request: int = DEFAULT_MAX_REQUEST,
+        handshake: Handshake | None = None,
     ) -> None:
         self.config = config
+        #: What happened before the engine loaded (see `handshake`): serve_stdio reads it.
+        self.handshake = handshake or Handshake()
         self.store = store
         self.backends = dict(backends)
         self.max_request = max_request
@@ -141,6 +122,10 @@ class Server:
                     on_initialize=self._run_initialize,
                     max_line=self.max_request,
                 )
+                if self.handshake.params is not None:
+                    # `initialize` was answered before the engine loaded.
+                    peer.opt_out = opt_out_methods(self.handshake.params)
+                    connection.initialized = True
                 with self._read_scope:
                     await connection.serve(receive)
                 log.info("%s: shutting down", "signalled" if self._stopping else "stdin closed")
@@ -154,25 +139,11 @@ class Server:
         return await call.handler(call.params)
 
     async def _initialize(self, p: InitializeParams) -> InitializeResponse:
-        caps = p.capabilities
-        self._peer.opt_out = (
-            frozenset(caps.opt_out_notification_methods or ()) if caps else frozenset()
-        )
+        self._peer.opt_out = opt_out_methods(p)
         infos = await backend_infos(
             self.backends, self.config.cli_path, cli_path_for=self.config.default_backend
         )
-        system = platform.system()
-        return InitializeResponse(
-            user_agent=(
-                f"{p.client_info.name}/{__version__} ({system} {platform.release()}; "
-                f"{platform.machine()}) threadline/{__version__}"
-            ),
-            codex_home=str(self.store.root),
-            platform_family="windows" if os.name == "nt" else "unix",
-            platform_os={"Darwin": "macos", "Windows": "windows"}.get(system, "linux"),  # type: ignore[arg-type]
-            server_info=ServerInfo(name="threadline", version=__version__),
-            backends=infos,
-        )
+        return initialize_response(p, self.store.root, infos)
 
 
 async def serve_stdio(server: Server) -> None:
@@ -181,7 +152,9 @@ async def serve_stdio(server: Server) -> None:
     in_fd, out_fd = os.dup(0), os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    receive = trio.lowlevel.FdStream(in_fd)
+    receive: trio.abc.ReceiveStream = trio.lowlevel.FdStream(in_fd)
+    if server.handshake.pending:
+        receive = _Prefixed(server.handshake.pending, receive)
     send = trio.lowlevel.FdStream(out_fd)
     async with trio.open_nursery() as nursery:
 
@@ -193,6 +166,10 @@ async def serve_stdio(server: Server) -> None:
             # (ThreadService.shutdown's grace, then the process groups' kill grace); SIGKILL
             # remains the way to cut it short.
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+                if server.handshake.signals:
+                    # Received while the engine was loading (see handshake.py).
+                    log.info("received %s before start-up", server.handshake.signals)
+                    server.stop()
                 async for signum in sigs:
                     name = signal.Signals(signum).name
                     if not server.stopping:
@@ -212,3 +189,23 @@ async def serve_stdio(server: Server) -> None:
             with trio.CancelScope(shield=True):
                 await receive.aclose()
                 await send.aclose()
+
+
+class _Prefixed(trio.abc.ReceiveStream):
+    """`inner`, after `prefix` (stdin bytes the handshake read before the engine loaded)."""
+
+    def __init__(self, prefix: bytes, inner: trio.abc.ReceiveStream) -> None:
+        self._prefix = prefix
+        self._inner = inner
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            await trio.lowlevel.checkpoint()
+            size = len(self._prefix) if max_bytes is None else max_bytes
+            chunk, self._prefix = self._prefix[:size], self._prefix[size:]
+            return chunk
+        return bytes(await self._inner.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        self._prefix = b""
+        await self._inner.aclose()

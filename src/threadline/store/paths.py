@@ -8,15 +8,13 @@ root = $THREADLINE_HOME if set and non-empty, else platformdirs' user_data_dir.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from pathlib import Path
 
-import platformdirs
-
+from threadline.home import APP_NAME, ENV_HOME, default_root
 from threadline.ids import InvalidId, is_valid_id, validate_id
 
 __all__ = [
+    "APP_NAME",
     "ENV_HOME",
     "LOG_NAME",
     "META_NAME",
@@ -30,24 +28,12 @@ __all__ = [
     "thread_dir",
 ]
 
-APP_NAME = "threadline"
-ENV_HOME = "THREADLINE_HOME"
 THREADS_DIR = "threads"
 META_NAME = "meta.json"
 LOG_NAME = "log.jsonl"
 # Deleted threads are first renamed in here (one atomic step), then removed. Starts with a dot
 # so it can never be mistaken for a thread id.
 TRASH_DIR = ".trash"
-
-
-def default_root(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    home = env.get(ENV_HOME, "")
-    if home:
-        # Absolute, so a later chdir of the server cannot move the store.
-        return Path(home).expanduser().absolute()
-    # appauthor=False: otherwise Windows nests the name twice.
-    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
 # A canonical UUID string is 36 characters. The length check backs up ids.validate_id, whose

@@ -1,0 +1,226 @@
+"""What each shipped backend is, without loading it: id, modes, capabilities per mode, the
+CLI's name and how to tell whether credentials look configured.
+
+This module costs no trio: `initialize` is answered from it before the engine is imported
+(see `threadline.server.handshake`). The backend classes read their facts from here, so the
+two cannot drift."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..protocol.methods import BackendCapabilities
+
+__all__ = ["SPECS", "BackendCheck", "BackendSpec"]
+
+
+@dataclass
+class BackendCheck:
+    """Result of `Backend.check()`: is the CLI usable here?"""
+
+    available: bool
+    path: str | None = None
+    version: str | None = None
+    message: str | None = None
+    credentials: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    id: str
+    display_name: str
+    modes: tuple[str, ...]
+    default_mode: str
+    capabilities: Mapping[str, BackendCapabilities]
+    #: The CLI's command name; None for a backend that runs in-process.
+    cli: str | None = None
+    #: (variable, hint) pairs: the first variable set gives the credentials hint.
+    credentials: tuple[tuple[str, str], ...] = ()
+    no_credentials: str = "none needed"
+
+    def credentials_hint(self, env: Mapping[str, str]) -> str:
+        """The hint for the first credentials variable set in `env` (never its value)."""
+        return next((hint for var, hint in self.credentials if env.get(var)), self.no_credentials)
+
+
+_CLAUDE_ROLE = "`--append-system-prompt` plus one bootstrap message on the first turn"
+
+CLAUDE = BackendSpec(
+    id="claude",
+    display_name="Claude Code",
+    modes=("stream", "print"),
+    default_mode="stream",
+    capabilities={
+        "stream": BackendCapabilities(
+            approvals=True,
+            interrupt=True,
+            resume=True,
+            deltas=True,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "one live `claude -p --input-format stream-json --output-format stream-json` "
+                "per thread; approvals over its control protocol (`--permission-prompt-tool "
+                "stdio`); resume with `--resume`"
+            ),
+            role_injection=_CLAUDE_ROLE,
+        ),
+        "print": BackendCapabilities(
+            approvals=False,
+            interrupt=False,
+            resume=True,
+            deltas=True,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "`claude -p --output-format stream-json` spawned per turn, `--resume <session>` "
+                "from the 2nd turn; tools limited by `--allowedTools`"
+            ),
+            role_injection=_CLAUDE_ROLE,
+        ),
+    },
+    cli="claude",
+    credentials=(
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY set"),
+        ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
+    ),
+    no_credentials="no API key in the environment (a logged-in CLI may still work)",
+)
+
+CODEX = BackendSpec(
+    id="codex",
+    display_name="Codex",
+    modes=("app-server", "exec"),
+    default_mode="app-server",
+    capabilities={
+        "app-server": BackendCapabilities(
+            approvals=True,
+            interrupt=True,
+            resume=True,
+            deltas=True,
+            reasoning=True,
+            images=True,
+            invocation=(
+                "one `codex app-server` per thread (native binary), proxied 1:1; resume with "
+                "`thread/resume`"
+            ),
+            role_injection="native: `developerInstructions` / `baseInstructions` on thread/start",
+        ),
+        "exec": BackendCapabilities(
+            approvals=False,
+            interrupt=False,
+            resume=True,
+            deltas=False,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "`codex exec --json` spawned per turn (prompt on stdin), `codex exec resume "
+                "<session>` from the 2nd turn"
+            ),
+            role_injection="native: `-c developer_instructions=…` / `-c instructions=…`",
+        ),
+    },
+    cli="codex",
+    credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")),
+    no_credentials="no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
+)
+
+GEMINI = BackendSpec(
+    id="gemini",
+    display_name="Gemini CLI",
+    modes=("acp", "headless"),
+    default_mode="acp",
+    capabilities={
+        "acp": BackendCapabilities(
+            approvals=True,
+            interrupt=True,
+            resume=True,
+            deltas=True,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "one `gemini --acp` per working directory shared by its threads (ACP over "
+                "stdio); resume with `session/load`"
+            ),
+            role_injection="bootstrap text block prepended to the first prompt",
+        ),
+        "headless": BackendCapabilities(
+            approvals=False,
+            interrupt=False,
+            resume=True,
+            deltas=True,
+            reasoning=False,
+            images=False,
+            invocation=(
+                "`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd "
+                "turn"
+            ),
+            role_injection="bootstrap text prepended to the first prompt",
+        ),
+    },
+    cli="gemini",
+    credentials=(
+        ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
+        ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
+    ),
+    no_credentials="no GEMINI_API_KEY (a logged-in CLI may still work)",
+)
+
+OPENCODE = BackendSpec(
+    id="opencode",
+    display_name="OpenCode",
+    modes=("acp", "run"),
+    default_mode="acp",
+    capabilities={
+        "acp": BackendCapabilities(
+            approvals=True,
+            interrupt=True,
+            resume=True,
+            deltas=True,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "one `opencode acp` per working directory shared by its threads (ACP over "
+                "stdio); resume with `session/load`"
+            ),
+            role_injection="bootstrap text block prepended to the first prompt",
+        ),
+        "run": BackendCapabilities(
+            approvals=False,
+            interrupt=False,
+            resume=True,
+            deltas=False,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn"
+            ),
+            role_injection="bootstrap text prepended to the first prompt",
+        ),
+    },
+    cli="opencode",
+    credentials=(("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set"),),
+    no_credentials="provider credentials come from opencode's own config (opencode auth)",
+)
+
+MOCK = BackendSpec(
+    id="mock",
+    display_name="Mock (scripted, offline)",
+    modes=("script",),
+    default_mode="script",
+    capabilities={
+        "script": BackendCapabilities(
+            approvals=True,
+            interrupt=True,
+            resume=True,
+            deltas=True,
+            reasoning=True,
+            invocation="in-process scripted agent (no CLI, no network); directives in the prompt",
+            role_injection="bootstrap message echoed on the first turn",
+        )
+    },
+)
+
+#: Every shipped backend, in the order `initialize` and `doctor` list them.
+SPECS: dict[str, BackendSpec] = {s.id: s for s in (CLAUDE, CODEX, GEMINI, OPENCODE, MOCK)}
