@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,69 @@ def base_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+@dataclass
+class Result:
+    """One row of the suite's table. `ours`/`theirs` are display strings (with units);
+    `ratio` is ours/theirs where a comparison exists; `ok` says whether the goal holds."""
+
+    id: str
+    what: str
+    ours: str
+    theirs: str
+    ratio: float | None
+    goal: str
+    ok: bool
+    note: str = ""
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def median_row(
+    id: str,
+    what: str,
+    ours: Sequence[float],
+    theirs: Sequence[float],
+    max_ratio: float,
+    note: str = "",
+) -> Result:
+    """A row comparing two lists of timings (seconds) by their medians."""
+    o, t = statistics.median(ours), statistics.median(theirs)
+    ratio = o / t
+    return Result(
+        id,
+        what,
+        f"{ms(o)} (n={len(ours)})",
+        f"{ms(t)} (n={len(theirs)})",
+        ratio,
+        f"<= {max_ratio:g}x",
+        ratio <= max_ratio,
+        note,
+    )
+
+
+def print_table(results: Sequence[Result], file: Any = None) -> None:
+    """The results as a Markdown table (so it can be pasted into docs/performance.md)."""
+    out = sys.stdout if file is None else file
+    head = ("id", "what", "threadline", "baseline", "ratio", "goal", "ok", "note")
+    rows = [
+        (
+            r.id,
+            r.what,
+            r.ours,
+            r.theirs,
+            "-" if r.ratio is None else f"{r.ratio:.3f}x",
+            r.goal,
+            "yes" if r.ok else "NO",
+            r.note,
+        )
+        for r in results
+    ]
+    print("| " + " | ".join(head) + " |", file=out)
+    print("|" + "|".join("---" for _ in head) + "|", file=out)
+    for row in rows:
+        print("| " + " | ".join(row) + " |", file=out)
+    out.flush()
