@@ -3,6 +3,7 @@ fake model. Reports turn/start -> first delta and total turn time for both, and 
 (goal: threadline adds <= 5 ms).
 
 Usage: python benchmarks/codex_overhead.py [--runs N]
+(`run(quick)` gives the same as one row of the benchmark suite's table.)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _harness import Threadline, base_env, find_cli
+from _harness import Result, Threadline, base_env, find_cli, ms
 from tests.fakes.openai_responses import FakeResponses, Rule, Step, Text, codex_env, codex_home
 
 
@@ -75,10 +76,9 @@ def direct_turn(codex: str, env: dict[str, str], work: Path, warmup: bool) -> tu
     return timings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+def measure(runs: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(threadline, codex app-server directly): per run, (turn/start → first delta,
+    turn/start → turn/completed) in seconds, each on a warmed-up thread."""
     codex = find_cli("codex")
     ours: list[tuple[float, float]] = []
     theirs: list[tuple[float, float]] = []
@@ -93,7 +93,7 @@ def main() -> None:
         work, state = base / "work", base / "state"
         work.mkdir()
         state.mkdir()
-        for _ in range(args.runs):
+        for _ in range(runs):
             theirs.append(direct_turn(codex, env, work, warmup=True))
             tl = Threadline(
                 {
@@ -112,6 +112,36 @@ def main() -> None:
                 ours.append(tl.turn(tid, "hi"))
             finally:
                 tl.close()
+    return ours, theirs
+
+
+def run(quick: bool = False, runs: int | None = None) -> list[Result]:
+    """One row: turn/start → first delta, threadline vs `codex app-server` directly (goal: the
+    median difference is at most 5 ms); the note gives the same for turn/completed."""
+    ours, theirs = measure(runs if runs is not None else (2 if quick else 7))
+    o, t = (statistics.median(x[0] for x in ours), statistics.median(x[0] for x in theirs))
+    o_done = statistics.median(x[1] for x in ours)
+    t_done = statistics.median(x[1] for x in theirs)
+    return [
+        Result(
+            "P2",
+            "codex overhead: turn/start → first delta, threadline vs codex app-server directly",
+            f"{ms(o)} (n={len(ours)})",
+            f"{ms(t)} (n={len(theirs)})",
+            o / t,
+            "adds <= 5 ms",
+            o - t <= 0.005,
+            f"adds {(o - t) * 1000:+.1f} ms; turn/start → turn/completed: {ms(o_done)} vs "
+            f"{ms(t_done)} ({(o_done - t_done) * 1000:+.1f} ms)",
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    ours, theirs = measure(args.runs)
     for label, index in (("turn/start -> first delta", 0), ("turn/start -> turn/completed", 1)):
         o = statistics.median(t[index] for t in ours)
         t = statistics.median(t[index] for t in theirs)
