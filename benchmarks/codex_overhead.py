@@ -30,28 +30,22 @@ def direct_turn(codex: str, env: dict[str, str], work: Path, warmup: bool) -> tu
         env=env,
         cwd=work,
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None
     next_id = 0
 
     def send(method: str, params: Any) -> int:
         nonlocal next_id
         next_id += 1
-        proc.stdin.write(
-            json.dumps(
-                {
-                    "id": next_id,
-                    "method": method,  # type: ignore[union-attr]
-                    "params": params,
-                }
-            ).encode()
-            + b"\n"
+        stdin.write(
+            json.dumps({"id": next_id, "method": method, "params": params}).encode() + b"\n"
         )
-        proc.stdin.flush()  # type: ignore[union-attr]
+        stdin.flush()
         return next_id
 
     def result(rid: int) -> Any:
         while True:
-            msg = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+            msg = json.loads(stdout.readline())
             if msg.get("id") == rid and "method" not in msg:
                 return msg.get("result")
 
@@ -65,13 +59,13 @@ def direct_turn(codex: str, env: dict[str, str], work: Path, warmup: bool) -> tu
         send("turn/start", {"threadId": tid, "input": [{"type": "text", "text": "hi"}]})
         first = None
         while True:
-            msg = json.loads(proc.stdout.readline())
+            msg = json.loads(stdout.readline())
             if msg.get("method") == "item/agentMessage/delta" and first is None:
                 first = time.perf_counter() - t0
             if msg.get("method") == "turn/completed":
                 timings = (first or 0.0, time.perf_counter() - t0)
                 break
-    proc.stdin.close()
+    stdin.close()
     proc.wait(timeout=30)
     return timings
 

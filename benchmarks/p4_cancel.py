@@ -41,10 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:  # imported as part of the `benchmarks` package (the suite, a test)
-    from ._harness import ROOT, Result, find_cli, ms, print_table
-except ImportError:  # run as a script: benchmarks/ is on sys.path
-    from _harness import ROOT, Result, find_cli, ms, print_table  # type: ignore[no-redef]
+from _harness import ROOT, Result, find_cli, ms, print_table
 
 GOAL_S = 0.050
 BACKENDS = ("mock", "claude", "codex", "gemini", "opencode")
@@ -115,6 +112,7 @@ class Peer:
     (time.perf_counter()) as it arrives; server→client requests are answered `accept`."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.name = os.path.basename(argv[0])
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -157,7 +155,7 @@ class Peer:
     def next(self, timeout: float) -> tuple[float, dict[str, Any]]:
         at, msg = self.inbox.get(timeout=timeout)
         if msg is None:
-            raise RuntimeError(f"{self.proc.args[0]} exited (rc {self.proc.wait()})")
+            raise RuntimeError(f"{self.name} exited (rc {self.proc.wait()})")
         return at, msg
 
     def call(self, method: str, params: Any, timeout: float = 120) -> Any:
@@ -352,46 +350,46 @@ def setup(backend: str, base: Path) -> Iterator[Setup]:
         from tests.fakes.openai_responses import ExecCommand, FakeResponses, codex_env, codex_home
         from tests.fakes.openai_responses import Rule as RRule
 
-        with FakeResponses() as fake:
-            home = codex_home(base, fake.url)
+        with FakeResponses() as responses:
+            home = codex_home(base, responses.url)
             env = {**codex_env(home), **common, "PATH": _path(base, backend)}
             thread["sandbox"] = "workspace-write"
 
             def codex_script(prompt: str, n: int) -> None:
                 step = ExecCommand(f"sleep {n}", yield_time_ms=30_000)
-                fake.set_script(RRule(prompt, [step, "Not reached."]))
+                responses.set_script(RRule(prompt, [step, "Not reached."]))
 
             yield Setup(env, thread, codex_script)
     elif backend == "gemini":
         from tests.fakes.gemini import MODEL, FakeGemini, ShellCommand, gemini_env, gemini_home
         from tests.fakes.gemini import Rule as GRule
 
-        with FakeGemini() as fake:
-            home = gemini_home(base, fake.url, max_attempts=1, name="cli-home")
+        with FakeGemini() as gemini_fake:
+            home = gemini_home(base, gemini_fake.url, max_attempts=1, name="cli-home")
             env = {
-                **gemini_env(home, fake.url),
+                **gemini_env(home, gemini_fake.url),
                 **common,
                 "PATH": _path(base, backend),
                 "BACKEND_MODEL": MODEL,
             }
 
             def gemini_script(prompt: str, n: int) -> None:
-                fake.set_script(GRule(prompt, [ShellCommand(f"sleep {n}"), "Not reached."]))
+                gemini_fake.set_script(GRule(prompt, [ShellCommand(f"sleep {n}"), "Not reached."]))
 
             yield Setup(env, thread, gemini_script)
     elif backend == "opencode":
         from tests.fakes.openai_chat import FakeOpenAIChat, bash_call, opencode_env
         from tests.fakes.openai_chat import Rule as CRule
 
-        with FakeOpenAIChat() as fake:
+        with FakeOpenAIChat() as chat:
             env = {
-                **opencode_env(base, fake.url, name="cli"),
+                **opencode_env(base, chat.url, name="cli"),
                 **common,
                 "PATH": _path(base, backend),
             }
 
             def opencode_script(prompt: str, n: int) -> None:
-                fake.set_script(CRule(prompt, [bash_call(f"sleep {n}"), "Not reached."]))
+                chat.set_script(CRule(prompt, [bash_call(f"sleep {n}"), "Not reached."]))
 
             yield Setup(env, thread, opencode_script)
     else:
