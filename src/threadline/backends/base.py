@@ -329,6 +329,12 @@ class BackendSession(abc.ABC):
         request). `run_turn` should then return soon (status interrupted). Backends whose
         capabilities say `interrupt: False` are stopped by cancellation instead."""
 
+    def stop_commands(self, since: float) -> None:  # noqa: B027 - optional hook
+        """Kill the commands the CLI started since `since` (a `time.monotonic()` value), in
+        process groups of their own: the engine calls this right after `interrupt`, so a
+        cancelled command dies at once instead of whenever the CLI gets to it. Must not
+        block; the CLI itself keeps running."""
+
 
 class Backend(abc.ABC):
     """A CLI adapter. One instance per server; `session()` opens one per thread."""

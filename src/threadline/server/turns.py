@@ -371,20 +371,17 @@ class TurnRun:
         instead of whenever the CLI gets to it (Gemini first walks the shell's process tree
         with one `pgrep` per level: 150-300 ms; Claude ~40 ms; Codex never does, and
         threadline restarts its app-server for that). The CLI keeps running; its interrupt
-        still ends the turn. Sessions offer this as an optional `stop_commands(since)`
-        method (a `time.monotonic()` value: processes the CLI started since then, in
-        process groups of their own)."""
+        still ends the turn (see `BackendSession.stop_commands`)."""
         running = [
             started
             for item_id, started in self._commands.items()
             if self._approvals.get(item_id) not in ("pending", "decline", "cancel")
         ]
-        stop = getattr(session, "stop_commands", None)
-        if not running or stop is None:
+        if not running:
             return
         since = max(self._started_mono, min(running) - _COMMAND_START_SLACK)
         try:
-            stop(since)
+            session.stop_commands(since)
         except Exception:
             log.exception("stopping the running commands failed (the CLI still stops them)")
 
