@@ -29,16 +29,19 @@ def find_cli(name: str) -> str:
 
 
 class Threadline:
-    """`python -m threadline` as a child, driven synchronously (one request at a time)."""
+    """`python -m threadline` (or another newline-delimited JSON-RPC server: `argv`) as a
+    child, driven synchronously (one request at a time)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self, env: dict[str, str], argv: list[str] | None = None, cwd: Path = ROOT
+    ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "threadline"],
+            argv or [sys.executable, "-m", "threadline"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=env,
-            cwd=ROOT,
+            cwd=cwd,
         )
         self.next_id = 0
 

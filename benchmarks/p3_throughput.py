@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from _harness import ROOT, Result, find_cli, print_table
+from _harness import Result, Threadline, find_cli, print_table
 from tests.fakes.anthropic import FakeAnthropic, Rule, Step, Text
 
 HERE = Path(__file__).resolve().parent
@@ -111,39 +111,8 @@ class _RssSampler:
         self._thread.join()
 
 
-class _Stdio:
-    """A child speaking newline-delimited JSON, read raw (the client's cost stays small)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-        )
-        self._next = 0
-
-    def send(self, method: str, params: Any) -> int:
-        assert self.proc.stdin is not None
-        self._next += 1
-        self.proc.stdin.write(
-            msgspec.json.encode({"id": self._next, "method": method, "params": params}) + b"\n"
-        )
-        self.proc.stdin.flush()
-        return self._next
-
-    def call(self, method: str, params: Any) -> Any:
-        rid = self.send(method, params)
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            msg = _DECODE.decode(line)
-            if msg.get("id") == rid and "method" not in msg:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg["result"]
-        raise RuntimeError(f"{method}: the server exited")
+class _Stdio(Threadline):
+    """A server whose stream is read raw: the client's own cost per delta stays small."""
 
     def stream_turn(self, start: tuple[str, Any]) -> tuple[float, int, str]:
         """Send the turn's request; read to `turn/completed`. (seconds, deltas, text)."""
@@ -160,11 +129,6 @@ class _Stdio:
                     raise RuntimeError(f"turn {status}")
                 return time.perf_counter() - t0, len(parts), "".join(parts)
         raise RuntimeError("the server exited during a turn")
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
 
 
 def _replay_cli(base: Path, recording: Path) -> Path:
@@ -195,8 +159,8 @@ def run(
 
         # --profile: threadline runs under cProfile (slower; for finding the hot path).
         prof = ["-m", "cProfile", "-o", profile] if profile else []
-        tl = _Stdio([sys.executable, *prof, "-m", "threadline"], env, ROOT)
-        relay = _Stdio([sys.executable, str(HERE / "_line_relay.py"), str(cli)], env, work)
+        tl = _Stdio(env, [sys.executable, *prof, "-m", "threadline"])
+        relay = _Stdio(env, [sys.executable, str(HERE / "_line_relay.py"), str(cli)], work)
         ours: list[float] = []
         theirs: list[float] = []
         rss_after: list[int] = []
