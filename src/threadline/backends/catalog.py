@@ -44,6 +44,23 @@ class BackendSpec:
         return next((hint for var, hint in self.credentials if env.get(var)), self.no_credentials)
 
 
+def _acp_capabilities(command: str) -> BackendCapabilities:
+    """An ACP agent's mode: the same for every CLI that speaks ACP."""
+    return BackendCapabilities(
+        approvals=True,
+        interrupt=True,
+        resume=True,
+        deltas=True,
+        reasoning=True,
+        images=False,
+        invocation=(
+            f"one `{command}` per working directory shared by its threads (ACP over stdio);"
+            " resume with `session/load`"
+        ),
+        role_injection="bootstrap text block prepended to the first prompt",
+    )
+
+
 _CLAUDE_ROLE = "`--append-system-prompt` plus one bootstrap message on the first turn"
 
 CLAUDE = BackendSpec(
@@ -132,19 +149,7 @@ GEMINI = BackendSpec(
     modes=("acp", "headless"),
     default_mode="acp",
     capabilities={
-        "acp": BackendCapabilities(
-            approvals=True,
-            interrupt=True,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-            images=False,
-            invocation=(
-                "one `gemini --acp` per working directory shared by its threads (ACP over "
-                "stdio); resume with `session/load`"
-            ),
-            role_injection="bootstrap text block prepended to the first prompt",
-        ),
+        "acp": _acp_capabilities("gemini --acp"),
         "headless": BackendCapabilities(
             approvals=False,
             interrupt=False,
@@ -173,19 +178,7 @@ OPENCODE = BackendSpec(
     modes=("acp", "run"),
     default_mode="acp",
     capabilities={
-        "acp": BackendCapabilities(
-            approvals=True,
-            interrupt=True,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-            images=False,
-            invocation=(
-                "one `opencode acp` per working directory shared by its threads (ACP over "
-                "stdio); resume with `session/load`"
-            ),
-            role_injection="bootstrap text block prepended to the first prompt",
-        ),
+        "acp": _acp_capabilities("opencode acp"),
         "run": BackendCapabilities(
             approvals=False,
             interrupt=False,
