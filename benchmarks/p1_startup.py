@@ -79,6 +79,11 @@ def run(quick: bool = False, runs: int | None = None) -> list[Result]:
     base_env["PATH"] = f"{ROOT / '.tools/node_modules/.bin'}{os.pathsep}{base_env.get('PATH', '')}"
     samples: dict[str, list[float]] = {"tl": [], "codex": [], "tl_ready": [], "codex_ready": []}
     argv = threadline_argv()
+    # As installed by pip: bytecode compiled (an editable checkout under
+    # PYTHONDONTWRITEBYTECODE would compile every module at every start).
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "threadline")], check=True
+    )
     for i in range(runs + 1):  # the first round warms the page cache and is dropped
         order = ("codex", "tl") if i % 2 else ("tl", "codex")
         for key in order:
