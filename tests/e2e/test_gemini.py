@@ -99,6 +99,15 @@ def is_method(method: str) -> Callable[[Any], bool]:
     return lambda e: isinstance(e, dict) and e.get("method") == method
 
 
+def only_turn(events: list[Any], turn_id: str) -> bool:
+    """Whether every turn event among `events` belongs to `turn_id`."""
+    return all(
+        e["params"].get("turnId", turn_id) == turn_id
+        for e in events
+        if isinstance(e, dict) and isinstance(e.get("params"), dict)
+    )
+
+
 def is_request(e: Any) -> bool:
     return isinstance(e, dict) and "id" in e and "method" in e
 
@@ -411,16 +420,68 @@ async def test_acp_interrupts(nursery: trio.Nursery, gemini_env: GeminiEnv) -> N
         [cmd] = items_completed(seen, "commandExecution")
         # it ran and was cut short: failed (not "declined": the user approved it)
         assert cmd["status"] == "failed", cmd
-        await env.wait_until(lambda: not env.sleepers(SLEEP_S), "the sleeper is gone", 5)
+        # gone by turn/completed (threadline killed it; the turn did not wait for Gemini's
+        # own, late, answer to the cancelled prompt)
+        assert env.sleepers(SLEEP_S) == []
 
+        # at once the next turn: it waits for that answer, and gets only its own updates
         t, events = await turn(srv, tid, "afterwards")
         assert status(t) == "completed" and agent_text(events) == "Still working fine.", t
+        assert only_turn(events, t["id"])
         assert acp_pids(srv) == pids, "the agent was restarted: the interrupts were not native"
     assert not (env.work / "never-approved.txt").exists()
     last = env.fake.model_requests[-1]
     assert "Not reached." not in model_texts(last)
     # Interrupted turns did not lose the role, nor repeat it.
     assert human_texts(last).count(ROLE) == 1, human_texts(last)
+
+
+async def test_acp_cancel_beside_another_threads_turn(
+    nursery: trio.Nursery, gemini_env: GeminiEnv
+) -> None:
+    """turn/cancel on thread A (a `sleep` runs) while thread B, a session of the same agent
+    process, streams its answer: A ends interrupted and its command is gone, B's turn
+    completes untouched, and A's next turn works."""
+    env = gemini_env
+    beta = "BETA answer, streamed slowly in small chunks, while the other thread is cancelled."
+    env.script(
+        Rule("afterwards", ["Still working fine."]),
+        Rule("beta", [Step([Text(beta)], chunk_size=6, delay_ms=100)]),
+        Rule("sleeper", [ShellCommand(f"sleep {SLEEP_S}"), "Not reached."]),
+    )
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        ta = await srv.start_thread(env.work, modelProvider="gemini")
+        tb = await srv.start_thread(env.work, modelProvider="gemini")
+        turn_a = await srv.start_turn(ta, "run the sleeper")
+        seen: list[Any] = []
+        request = await srv.wait_for(is_request, seen=seen)
+        await srv.send({"id": request["id"], "result": {"decision": "accept"}})
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "the sleeper runs", 30)
+        turn_b = await srv.start_turn(tb, "beta task")
+        await srv.wait_for(
+            lambda e: is_method("item/agentMessage/delta")(e) and e["params"]["threadId"] == tb,
+            seen=seen,
+        )
+        await srv.call("turn/cancel", {"threadId": ta, "turnId": turn_a})
+        done_a, _ = await srv.collect_turn(turn_a, on_request=no_requests, events=seen)
+        assert done_a["params"]["turn"]["status"] == "interrupted", done_a
+        done_b, _ = await srv.collect_turn(turn_b, on_request=no_requests, events=seen)
+        assert done_b["params"]["turn"]["status"] == "completed", done_b
+        await env.wait_until(lambda: not env.sleepers(SLEEP_S), "the sleeper is gone", 5)
+        a = [e for e in seen if e.get("params", {}).get("threadId") == ta]
+        b = [e for e in seen if e.get("params", {}).get("threadId") == tb]
+        assert_items_balanced(a)
+        assert_items_balanced(b)
+        assert only_turn(a, turn_a) and only_turn(b, turn_b)
+        assert agent_text(b) == beta
+        [cmd] = items_completed(a, "commandExecution")
+        assert cmd["status"] == "failed", cmd
+
+        t, events = await turn(srv, ta, "afterwards")
+        assert status(t) == "completed" and agent_text(events) == "Still working fine.", t
+        assert only_turn(events, t["id"])
+        assert len(acp_pids(srv)) == 1, "the agent was restarted, or two for one cwd"
 
 
 # -- ACP: the agent dies ---------------------------------------------------------------------------

@@ -92,6 +92,15 @@ def is_method(method: str) -> Callable[[Any], bool]:
     return lambda e: isinstance(e, dict) and e.get("method") == method
 
 
+def only_turn(events: list[Any], turn_id: str) -> bool:
+    """Whether every turn event among `events` belongs to `turn_id`."""
+    return all(
+        e["params"].get("turnId", turn_id) == turn_id
+        for e in events
+        if isinstance(e, dict) and isinstance(e.get("params"), dict)
+    )
+
+
 def item_started(item_type: str) -> Callable[[Any], bool]:
     return lambda e: is_method("item/started")(e) and e["params"]["item"]["type"] == item_type
 
@@ -382,16 +391,67 @@ async def test_acp_interrupts(nursery: trio.Nursery, opencode_env: OpenCodeEnv) 
         assert_items_balanced(events)
         [command] = items_completed(events, "commandExecution")
         assert command["command"] == f"sleep {SLEEP_S}" and command["status"] == "failed", command
-        await env.wait_until(lambda: not env.sleepers(SLEEP_S), "the interrupted sleep ended", 5)
-        env.timings["interrupt → sleep gone"] = time.monotonic() - t0
+        # gone by turn/completed (threadline killed it; the turn did not wait for OpenCode's
+        # own, late, answer to the cancelled prompt)
+        assert env.sleepers(SLEEP_S) == []
 
-        # 4. the thread goes on, in the same agent process
+        # 4. at once, the thread goes on, in the same agent process: the turn waits for that
+        # answer, and gets only its own updates
         t, events = await turn(srv, tid, "after that")
         assert t["status"] == "completed" and agent_text(events) == "Back to normal."
+        assert only_turn(events, t["id"])
         assert opencode_pids(srv, "acp") == acp
         assert not (env.work / "never.txt").exists()
         assert "stall please" in "\n".join(env.fake.user_texts(-1))
     assert env.project_files() == []
+
+
+async def test_acp_cancel_beside_another_threads_turn(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv
+) -> None:
+    """turn/cancel on thread A (a `sleep` runs) while thread B, a session of the same agent
+    process, streams its answer: A ends interrupted and its command is gone, B's turn
+    completes untouched, and A's next turn works."""
+    env = opencode_env
+    beta = "BETA answer, streamed slowly in small chunks, while the other thread is cancelled."
+    env.script(
+        Rule("after", ["Back to normal."]),
+        Rule("beta", [Step([Text(beta)], chunk_size=6, delay_ms=100)]),
+        Rule("long command", [bash_call(f"sleep {SLEEP_S}"), "Done."]),
+    )
+    async with env.server(nursery) as srv:
+        ta = await open_thread(srv, env)
+        tb = await srv.start_thread(env.work, modelProvider="opencode")
+        turn_a = await srv.start_turn(ta, "long command")
+        seen: list[Any] = []
+        ask = await srv.wait_for(is_method("item/commandExecution/requestApproval"), seen=seen)
+        await srv.send({"id": ask["id"], "result": {"decision": "accept"}})
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "sleep started")
+        turn_b = await srv.start_turn(tb, "beta task")
+        await srv.wait_for(
+            lambda e: is_method("item/agentMessage/delta")(e) and e["params"]["threadId"] == tb,
+            seen=seen,
+            timeout=60,
+        )
+        await srv.call("turn/cancel", {"threadId": ta, "turnId": turn_a})
+        done_a, _ = await srv.collect_turn(turn_a, on_request=no_requests, events=seen)
+        assert done_a["params"]["turn"]["status"] == "interrupted", done_a
+        done_b, _ = await srv.collect_turn(turn_b, on_request=no_requests, events=seen)
+        assert done_b["params"]["turn"]["status"] == "completed", done_b
+        await env.wait_until(lambda: not env.sleepers(SLEEP_S), "the interrupted sleep ended", 5)
+        a = [e for e in seen if e.get("params", {}).get("threadId") == ta]
+        b = [e for e in seen if e.get("params", {}).get("threadId") == tb]
+        assert_items_balanced(a)
+        assert_items_balanced(b)
+        assert only_turn(a, turn_a) and only_turn(b, turn_b)
+        assert agent_text(b) == beta
+        [command] = items_completed(a, "commandExecution")
+        assert command["status"] == "failed", command
+
+        t, events = await turn(srv, ta, "after that")
+        assert t["status"] == "completed" and agent_text(events) == "Back to normal."
+        assert only_turn(events, t["id"])
+        assert len(opencode_pids(srv, "acp")) == 1, "the agent was restarted, or two for one cwd"
 
 
 # -- resume after a restart of threadline ----------------------------------------------------------

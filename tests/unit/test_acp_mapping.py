@@ -72,6 +72,9 @@ class ReplayHost:
         self.cursor = 0
         self.nursery = nursery
         self.sessions: dict[str, Any] = {}
+        self.prompts: dict[str, Any] = {}  # (AcpHost's: prompts the agent has not answered)
+        self.proc = None
+        self.name = "replayed agent"
         self.alive = True
         self.notified: list[tuple[str, Any]] = []
         #: (our answer, the recorded client's answer) per permission request
@@ -87,6 +90,9 @@ class ReplayHost:
 
     async def notify(self, method: str, params: Any) -> None:
         self.notified.append((method, params))
+
+    def start_soon(self, fn: Any, *args: Any) -> None:
+        self.nursery.start_soon(fn, *args)
 
     def _deliver(self, message: dict[str, Any]) -> None:
         params = message.get("params") or {}

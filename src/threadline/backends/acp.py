@@ -49,7 +49,13 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
-from .process import GroupProcess, LineTooLong, ProcessError, open_group_process
+from .process import (
+    GroupProcess,
+    LineTooLong,
+    ProcessError,
+    open_group_process,
+    processes_gone,
+)
 
 __all__ = ["AcpError", "AcpHost", "AcpPool", "AcpSession", "AcpTurnMapper", "error_info_for_code"]
 
@@ -61,6 +67,11 @@ IDLE_CLOSE_SECONDS = 120.0
 REPLAY_QUIET = 0.25
 #: ... or after this long in all.
 REPLAY_MAX = 10.0
+#: How long an interrupted prompt may stay unanswered when the turn context does not say
+#: (the server's interrupt grace, `ServerConfig.interrupt_grace`).
+DEFAULT_INTERRUPT_GRACE = 5.0
+_POLL_FIRST = 0.001  # first poll period after an interrupt (doubles up to _POLL_MAX)
+_POLL_MAX = 0.02
 
 
 class AcpError(Exception):
@@ -114,7 +125,11 @@ class AcpHost:
         self._stopped = trio.Event()
         #: sessionId → callbacks of the session using it
         self.sessions: dict[str, AcpSession] = {}
+        #: sessionId → its `session/prompt` the agent has not answered yet (also after the
+        #: turn that sent it ended: the session is busy until the answer comes).
+        self.prompts: dict[str, _Prompt] = {}
         self._idle_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None  # the host task's: prompts in flight
 
     # lifetime
 
@@ -134,6 +149,7 @@ class AcpHost:
                 self.proc = proc
                 self.alive = True
                 async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
                     nursery.start_soon(self._read, proc, nursery.cancel_scope)
                     self.init_result = (
                         await self.request(
@@ -185,6 +201,15 @@ class AcpHost:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def start_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` in the host task (it ends with the agent process)."""
+        if self._nursery is None or not self.alive:
+            raise self.failure("is not running")
+        try:
+            self._nursery.start_soon(fn, *args)
+        except RuntimeError:  # the nursery is closing: the agent is going away
+            raise self.failure("is not running") from None
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -288,7 +313,7 @@ class AcpHost:
         params = msg.get("params") or {}
         if msg.get("method") == "session/update":
             session = self.sessions.get(str(params.get("sessionId")))
-            if session is not None:
+            if session is not None and not session.ignores_updates:
                 session.on_update(params.get("update") or {})
 
     async def _answer(self, msg: dict[str, Any]) -> None:
@@ -328,9 +353,15 @@ class AcpPool:
         cwd: str,
         env: dict[str, str],
         key_extra: str = "",
+        session_id: str | None = None,
     ) -> AsyncIterator[AcpHost]:
         """A running agent for `argv` in `cwd` (`key_extra`: whatever else must match for two
-        threads to share a process, e.g. the permission config in its environment)."""
+        threads to share a process, e.g. the permission config in its environment).
+
+        `session_id`: the ACP session about to be loaded on it. If that session's last prompt
+        (an interrupted turn's, see `AcpSession.run_turn`) is still unanswered on the agent,
+        the load waits for the answer first; an agent that gave up on it past its deadline
+        was retired meanwhile, and a new one is started."""
         if self._nursery is None:
             # No server nursery: a private process for this session.
             host = AcpHost(argv, cwd, env, self.name)
@@ -342,17 +373,23 @@ class AcpPool:
                     host.stop()
             return
         key = (tuple(argv), cwd + "\0" + key_extra)
-        async with self._lock:
-            found = self._hosts.get(key)
-            if found is None or not found.alive or found.retired:
-                found = AcpHost(argv, cwd, env, self.name)
-                await self._nursery.start(found.run)
-                self._hosts[key] = found
-            host = found
-            host.refs += 1
-            if host._idle_scope is not None:
-                host._idle_scope.cancel()
-                host._idle_scope = None
+        while True:
+            async with self._lock:
+                found = self._hosts.get(key)
+                if found is None or not found.alive or found.retired:
+                    found = AcpHost(argv, cwd, env, self.name)
+                    await self._nursery.start(found.run)
+                    self._hosts[key] = found
+                busy = found.prompts.get(session_id) if session_id else None
+                if busy is None or busy.done.is_set():
+                    host = found
+                    host.refs += 1
+                    if host._idle_scope is not None:
+                        host._idle_scope.cancel()
+                        host._idle_scope = None
+                    break
+            # (Bounded: an unanswered interrupted prompt has a deadline; see `_Prompt`.)
+            await busy.done.wait()
         try:
             yield host
         finally:
@@ -656,6 +693,31 @@ def usage_from_prompt_result(result: dict[str, Any]) -> TokenUsageBreakdown | No
 
 #: Marks the end of a turn's updates in a session's update channel.
 _PROMPT_DONE: dict[str, Any] = {"sessionUpdate": "__threadline_prompt_done__"}
+#: Marks the end of an interrupted turn that ends before the agent answered its prompt.
+_EARLY_END: dict[str, Any] = {"sessionUpdate": "__threadline_early_end__"}
+
+
+class _Prompt:
+    """One `session/prompt` in flight. It runs in the agent process's task, not the turn's,
+    so an interrupted turn can end before the agent answers it (Gemini first walks the killed
+    command's process tree with pgrep, OpenCode answers 70-800 ms late): the session stays
+    busy until the answer comes, and the next prompt (or a `session/load` of the session)
+    waits for it. Once the turn has ended without it (`detached`), nothing the agent sends for
+    the session reaches a turn until the next prompt, and the answer must come by the
+    scope's deadline (the interrupt grace, as when the turn waited for it), or the agent is
+    retired as a hung one."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self.answered = False  # with a result or an ACP error
+        self.result: Any = None
+        self.error: AcpError | None = None
+        self.failure: b.BackendError | None = None  # the request itself failed
+        self.detached = False  # its turn has ended
+        self.abandoned = False  # given up on (the agent was retired)
+
 
 _PERMISSION_KIND = {
     "accept": "allow_once",
@@ -688,8 +750,22 @@ class AcpSession(b.BackendSession):
         self._permission_scopes: set[trio.CancelScope] = set()
         self._emit_lock = trio.Lock()
         self._total: TokenUsageBreakdown | None = None
+        #: The last prompt sent on this session (possibly still unanswered).
+        self._prompt: _Prompt | None = None
+        # The running turn's interrupt: set once session/cancel went out, and when.
+        self._interrupted = trio.Event()
+        self._interrupted_at = 0.0
+        self._grace = DEFAULT_INTERRUPT_GRACE
+        self._permissions_active = 0  # permission requests being decided
+        self._stopped: dict[int, int] = {}  # commands `stop_commands` killed (pid -> start)
         #: Set by the backend: called before `session/load` (Gemini's same-minute bug).
         self.before_load: Callable[[str], Any] | None = None
+
+    @property
+    def ignores_updates(self) -> bool:
+        """True from the moment a turn ended without its prompt's answer until the next
+        prompt: whatever the agent still sends for the session belongs to no turn."""
+        return self._prompt is not None and self._prompt.detached
 
     # host callbacks (run in the host's reader task: never block)
 
@@ -744,9 +820,19 @@ class AcpSession(b.BackendSession):
 
     async def _permission(self, params: dict[str, Any]) -> dict[str, Any]:
         ctx, mapper = self._turn_ctx, self._mapper
-        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
-        if ctx is None or mapper is None:
+        if ctx is None or mapper is None or mapper.cancelled:
+            # No turn, or it is being interrupted: the tool must not run, nobody is asked.
             return {"outcome": {"outcome": "cancelled"}}
+        self._permissions_active += 1
+        try:
+            return await self._ask_permission(ctx, mapper, params)
+        finally:
+            self._permissions_active -= 1
+
+    async def _ask_permission(
+        self, ctx: b.TurnContext, mapper: AcpTurnMapper, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
         call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
         assert isinstance(call, dict)
         # Flush pending text first, then announce the tool item (Gemini sends no tool_call
@@ -811,11 +897,14 @@ class AcpSession(b.BackendSession):
                 update = self._updates.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-            if update is None or update is _PROMPT_DONE:
+            if update is None or update is _PROMPT_DONE or update is _EARLY_END:
                 # The turn loop must see these (end of the turn / agent gone): put it back
                 # (it is the last thing in the channel either way).
                 if update is None:
                     self.host_died()
+                elif update is _EARLY_END:
+                    with suppress(trio.WouldBlock, trio.ClosedResourceError):
+                        self._updates_send.send_nowait(update)
                 else:
                     self.on_update(update)
                 break
@@ -881,27 +970,130 @@ class AcpSession(b.BackendSession):
         self._updates_send.close()
 
     async def interrupt(self) -> None:
+        interrupted_at = trio.current_time()
         if self._mapper is not None:
             self._mapper.cancelled = True
         for scope in list(self._permission_scopes):
             scope.cancel()  # answers the pending permission request with "cancelled"
         if self.session_id is not None and self.host.alive:
             await self.host.notify("session/cancel", {"sessionId": self.session_id})
+        if self._turn_ctx is not None and not self._interrupted.is_set():
+            self._interrupted_at = interrupted_at
+            self._interrupted.set()  # the turn may now end without the agent's answer
 
     def stop_commands(self, since: float) -> None:
         """Kill the commands the agent started since `since` (the engine calls this right
         after `interrupt`): ACP agents run their shell tool in a process group of its own.
         Not while another session on the same agent process runs a turn: its commands could
-        not be told apart from ours."""
+        not be told apart from ours (the interrupted turn then waits for the agent's answer)."""
         proc = self.host.proc
         if proc is None or self._turn_ctx is None:
             return
         if any(s is not self and s._turn_ctx is not None for s in self.host.sessions.values()):
             return
-        proc.kill_escaped(since)
+        self._stopped.update(proc.kill_escaped(since))
+
+    async def _await_previous_prompt(self) -> None:
+        """Wait until the agent answered this session's last prompt (an interrupted turn may
+        have ended without it): a new prompt must not overlap it (Gemini aborts a running
+        prompt for a new one, and the old one's late updates would land in the new turn). The
+        wait is bounded by the old prompt's deadline; an agent that did not answer by then was
+        retired, and the engine reopens the session on a new one."""
+        if self.session_id is None:
+            return
+        busy = self.host.prompts.get(self.session_id)
+        if busy is not None:
+            await busy.done.wait()
+        last = self._prompt
+        if last is not None and last.detached and not last.answered:
+            self.healthy = False
+            raise b.SessionLost(
+                f"{self.host.name} did not answer an interrupted prompt in time; "
+                "restarting the session"
+            )
+
+    def _may_end_early(self, prompt: _Prompt, mapper: AcpTurnMapper) -> bool:
+        """Whether the interrupted turn can end before the agent answers its prompt: no
+        permission request is being decided, everything the agent sent so far went through
+        the mapper, no tool of the turn may still be doing something (a command only if the
+        engine's `stop_commands` killed it and its processes are gone)."""
+        if prompt.done.is_set() or self._permissions_active or self.holds_tool_calls():
+            return False
+        if self._updates.statistics().current_buffer_used:
+            return False  # updates the turn has not seen yet (a command just started?)
+        running = [item for cid, item in mapper.tools.items() if cid not in mapper.declined]
+        if any(not isinstance(item, CommandExecutionItem) for item in running):
+            return False  # an edit or another tool: its effect is the agent's to finish
+        if self._stopped and not processes_gone(self._stopped):
+            return False
+        return not running or bool(self._stopped)
+
+    def holds_tool_calls(self) -> bool:
+        """Whether tool calls the agent announced are held back from the mapper (OpenCode)."""
+        return False
+
+    async def _end_early(self, prompt: _Prompt, mapper: AcpTurnMapper) -> None:
+        """Once the turn is interrupted, end it as soon as `_may_end_early` allows (the
+        agent's answer to the cancelled prompt is then consumed in the background)."""
+        await self._interrupted.wait()
+        delay = _POLL_FIRST
+        while not prompt.done.is_set():
+            if self._may_end_early(prompt, mapper):
+                try:
+                    self._updates_send.send_nowait(_EARLY_END)
+                except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                    return  # (the turn then waits for the answer, as before)
+                # From here on nothing for this session reaches the channel: _EARLY_END is last.
+                prompt.detached = True
+                prompt.scope.deadline = self._interrupted_at + self._grace
+                return
+            await trio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+
+    async def _run_prompt(self, prompt: _Prompt, params: dict[str, Any]) -> None:
+        """The `session/prompt` request (in the host task; see `_Prompt`)."""
+        try:
+            with prompt.scope:
+                try:
+                    prompt.result = await self.host.request("session/prompt", params)
+                    prompt.answered = True
+                except AcpError as exc:
+                    prompt.error, prompt.answered = exc, True
+                except b.BackendError as exc:
+                    prompt.failure = exc
+            if prompt.scope.cancelled_caught and not prompt.abandoned:
+                # Detached, and unanswered by its deadline: treat the agent as hung.
+                log.warning(
+                    "%s did not answer the interrupted prompt of session %s in time; retiring it",
+                    self.host.name,
+                    prompt.session_id,
+                )
+                prompt.abandoned = True
+                await self._abandon()
+        finally:
+            prompt.done.set()
+            if self.host.prompts.get(prompt.session_id) is prompt:
+                del self.host.prompts[prompt.session_id]
+            if not prompt.detached:
+                # Queued after every update the agent sent before its answer.
+                self.on_update(_PROMPT_DONE)
+            elif prompt.answered:
+                result = prompt.result if isinstance(prompt.result, dict) else {}
+                log.debug(
+                    "%s answered the interrupted prompt of session %s late: %s",
+                    self.host.name,
+                    prompt.session_id,
+                    result.get("stopReason") or prompt.error,
+                )
+                usage = usage_from_prompt_result(result)
+                if usage is not None:
+                    self._add_usage(usage)  # (counted in the thread's total from now on)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self.session_id is None or not self.host.alive:
+            raise self.host.failure("is not running")
+        await self._await_previous_prompt()
+        if not self.host.alive:
             raise self.host.failure("is not running")
         self._discard_updates()
         if self.keeps_unfinished_prompts:
@@ -910,33 +1102,26 @@ class AcpSession(b.BackendSession):
             cwd=self.settings.cwd, backend_id=self.backend_id, new_id=ctx.new_item_id
         )
         self._turn_ctx, self._mapper = ctx, mapper
+        self._interrupted = trio.Event()
+        self._stopped = {}
+        grace = getattr(ctx, "interrupt_grace", None)
+        self._grace = grace if isinstance(grace, (int, float)) else DEFAULT_INTERRUPT_GRACE
         prompt = [{"type": "text", "text": turn.text}]
         if turn.bootstrap:
             # The role goes in once, as its own block ahead of the first prompt.
             prompt.insert(0, {"type": "text", "text": turn.bootstrap})
             if self.keeps_unfinished_prompts:
                 await ctx.mark_role_bootstrap_applied()
-        result: Any = None
-        error: AcpError | None = None
-        answered = finished = False
+        request = _Prompt(self.session_id)
+        finished = ended_early = False
         try:
+            self.host.start_soon(
+                self._run_prompt, request, {"sessionId": self.session_id, "prompt": prompt}
+            )
+            self._prompt = request
+            self.host.prompts[self.session_id] = request
             async with trio.open_nursery() as nursery:
-
-                async def prompt_task() -> None:
-                    nonlocal result, error, answered
-                    try:
-                        result = await self.host.request(
-                            "session/prompt", {"sessionId": self.session_id, "prompt": prompt}
-                        )
-                        answered = True
-                    except AcpError as exc:
-                        error = exc
-                        answered = True
-                    finally:
-                        # Queued after every update the agent sent before its answer.
-                        self.on_update(_PROMPT_DONE)
-
-                nursery.start_soon(prompt_task)
+                nursery.start_soon(self._end_early, request, mapper)
                 while True:
                     try:
                         update = await receive_ready(self._updates)
@@ -947,18 +1132,36 @@ class AcpSession(b.BackendSession):
                         raise self.host.failure("exited in the middle of a turn")
                     if update is _PROMPT_DONE:
                         break
+                    if update is _EARLY_END:
+                        ended_early = True
+                        break
                     mapper.feed(update)
                     await self._emit(ctx, mapper)
+                nursery.cancel_scope.cancel()
             finished = True
         finally:
             self._turn_ctx, self._mapper = None, None
-            if not finished and not answered:
+            if not finished and not request.done.is_set():
+                request.detached = request.abandoned = True
+                request.scope.cancel()
                 await self._abandon()
         mapper.close_text()
         for call_id in list(mapper.tools):
             if call_id in mapper.declined:
                 mapper.complete_tool(call_id, failed=False, declined=True)
         await self._emit(ctx, mapper)
+        if ended_early:
+            # Interrupted, and nothing of the turn is left running: done, without the agent's
+            # answer (consumed in the background; the session is busy until it comes).
+            if not self.keeps_unfinished_prompts and mapper.tool_seen:
+                await ctx.set_backend_session_id(self.session_id)
+                if turn.bootstrap:
+                    await ctx.mark_role_bootstrap_applied()
+            return b.TurnOutcome("interrupted")
+        if request.failure is not None:
+            raise request.failure
+        result: Any = request.result
+        error = request.error
         result = result if isinstance(result, dict) else {}
         stop = result.get("stopReason")
         finished = error is None and stop != "cancelled"

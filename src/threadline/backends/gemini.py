@@ -473,7 +473,9 @@ class GeminiBackend(b.Backend):
             return
         env = _env(settings)
         argv = [binary, "--acp", *_model_flags(settings)]
-        async with self._pool.host(argv, settings.cwd, env) as host:
+        async with self._pool.host(
+            argv, settings.cwd, env, session_id=settings.backend_session_id
+        ) as host:
             session = GeminiAcpSession(host, settings, "gemini")
 
             async def before_load(sid: str) -> None:

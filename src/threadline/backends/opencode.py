@@ -458,6 +458,9 @@ class OpenCodeAcpSession(AcpSession):
         self._prompt_error: AcpError | None = None
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        # An interrupted turn may have ended before OpenCode answered its prompt: wait for
+        # that answer before clearing what its updates left here.
+        await self._await_previous_prompt()
         self._held.clear()  # (a session/load replay may have left some)
         self._shown.clear()
         self._kinds.clear()
@@ -533,6 +536,9 @@ class OpenCodeAcpSession(AcpSession):
             self._show(call_id, merged)
         else:
             self._held[call_id] = merged
+
+    def holds_tool_calls(self) -> bool:
+        return bool(self._held)
 
     def _show(self, call_id: str, merged: dict[str, Any]) -> None:
         self._shown.add(call_id)
@@ -641,7 +647,11 @@ class OpenCodeBackend(b.Backend):
         env = _env(settings)
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")
         async with self._pool.host(
-            [binary, "acp", "--cwd", settings.cwd], settings.cwd, env, key_extra=key
+            [binary, "acp", "--cwd", settings.cwd],
+            settings.cwd,
+            env,
+            key_extra=key,
+            session_id=settings.backend_session_id,
         ) as host:
             session = OpenCodeAcpSession(host, settings)
             await session.open()

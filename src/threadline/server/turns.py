@@ -104,6 +104,9 @@ class _Context:
         self.thread_id = run.thread.id
         self.turn_id = run.id
         self.log = logging.getLogger(f"threadline.backend.{run.thread.backend.id}")
+        # How long the CLI gets to answer its native interrupt (a backend that ends an
+        # interrupted turn without that answer still bounds its wait for it by this).
+        self.interrupt_grace = run.thread.interrupt_grace
 
     def new_item_id(self) -> str:
         return new_id()

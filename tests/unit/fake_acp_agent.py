@@ -1,0 +1,119 @@
+"""A scripted ACP agent (stdlib only) for tests/unit/test_acp_cancel.py, given to threadline as
+the `gemini` binary (`config.cliPath`, run as `<launcher> --acp`).
+
+Each prompt's text is a script:
+
+* ``say:TEXT``: one `agent_message_chunk` TEXT, then `end_turn`.
+* ``hold:TAG``: a chunk ``held TAG``; after `session/cancel`, it waits until the file
+  ``$FAKE_ACP_DIR/release-TAG`` exists, then sends a late chunk ``LATE TAG`` and answers
+  `cancelled` (as Gemini and OpenCode do, late), after asking to write ``late-TAG.txt``
+  (`fs/write_text_file`). A TAG starting with ``never`` is never
+  answered (a hung agent).
+* ``slow:TAG``: a chunk ``TAG start``; once ``$FAKE_ACP_DIR/release-TAG`` exists, a chunk
+  `` TAG end`` and `end_turn`.
+
+Everything it does goes to ``$FAKE_ACP_DIR/journal`` as lines: ``start PID``, ``new SID``,
+``load SID``, ``prompt SID TEXT``, ``cancel SID``, ``answer SID STOPREASON``, ``reply ID
+ok|error`` (threadline's answer to its own request ID). It exits on stdin
+EOF.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+DIR = Path(os.environ["FAKE_ACP_DIR"])
+_write_lock = threading.Lock()
+_cancelled: dict[str, threading.Event] = {}
+
+
+def journal(line: str) -> None:
+    with _write_lock, open(DIR / "journal", "a") as f:
+        f.write(line + "\n")
+
+
+def send(message: dict[str, Any]) -> None:
+    with _write_lock:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        sys.stdout.flush()
+
+
+def chunk(sid: str, text: str) -> None:
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    send({"method": "session/update", "params": {"sessionId": sid, "update": update}})
+
+
+def released(tag: str) -> bool:
+    return (DIR / f"release-{tag}").exists()
+
+
+def wait_released(tag: str) -> None:
+    while not released(tag):
+        time.sleep(0.01)
+
+
+def prompt(rid: Any, sid: str, text: str) -> None:
+    cancel = _cancelled[sid]
+    kind, _, arg = text.partition(":")
+    stop = "end_turn"
+    if kind == "say":
+        chunk(sid, arg)
+    elif kind == "hold":
+        chunk(sid, f"held {arg}")
+        cancel.wait()
+        if arg.startswith("never"):
+            return
+        wait_released(arg)
+        # too late: the turn is over (threadline must refuse the write)
+        params = {"sessionId": sid, "path": f"late-{arg}.txt", "content": "late"}
+        send({"id": f"write-{arg}", "method": "fs/write_text_file", "params": params})
+        chunk(sid, f"LATE {arg}")
+        stop = "cancelled"
+    elif kind == "slow":
+        chunk(sid, f"{arg} start")
+        wait_released(arg)
+        chunk(sid, f" {arg} end")
+    journal(f"answer {sid} {stop}")
+    send({"id": rid, "result": {"stopReason": stop}})
+
+
+def main() -> None:
+    journal(f"start {os.getpid()}")
+    for line in sys.stdin:
+        msg = json.loads(line)
+        method, params, rid = msg.get("method"), msg.get("params") or {}, msg.get("id")
+        if method == "initialize":
+            caps = {"loadSession": True}
+            send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": caps}})
+        elif method == "session/new":
+            sid = str(uuid.uuid4())
+            journal(f"new {sid}")
+            send({"id": rid, "result": {"sessionId": sid}})
+        elif method == "session/load":
+            journal(f"load {params['sessionId']}")
+            send({"id": rid, "result": {}})
+        elif method == "session/prompt":
+            sid = params["sessionId"]
+            text = "".join(b.get("text", "") for b in params["prompt"])
+            journal(f"prompt {sid} {text}")
+            _cancelled.setdefault(sid, threading.Event()).clear()
+            threading.Thread(target=prompt, args=(rid, sid, text), daemon=True).start()
+        elif method == "session/cancel":
+            journal(f"cancel {params['sessionId']}")
+            _cancelled.setdefault(params["sessionId"], threading.Event()).set()
+        elif method is None and rid is not None:
+            journal(f"reply {rid} {'error' if 'error' in msg else 'ok'}")
+        elif rid is not None:
+            send({"id": rid, "error": {"code": -32601, "message": f"no {method}"}})
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
