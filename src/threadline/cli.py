@@ -84,10 +84,18 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
     root = default_root()
+    run_dir = root / "run"
+    # CLIs left running by a server that was SIGKILLed are killed before we answer anyone.
+    # Usually there is no ledger to read, and nothing is imported for it.
+    reaped = _has_ledgers(run_dir)
+    if reaped:
+        _setup_logging()
+        _reap_stale(run_dir)
     handshake = answer_first_initialize(root, config.cli_path, config.default_backend)
     if handshake.signals and handshake.params is None and not handshake.pending:
         return 0  # signalled before the first request: nothing was started yet
-    _setup_logging()
+    if not reaped:
+        _setup_logging()
     if ignored_options:
         import logging
 
@@ -103,13 +111,23 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     from .store import ThreadStore
 
     store = ThreadStore(root)
-    # CLIs left running by a server that was SIGKILLed are killed before we start our own.
-    ledger = ProcessLedger(store.root / "run")
-    ledger.reap_stale()
-    set_ledger(ledger)
+    set_ledger(ProcessLedger(run_dir))
     server = Server(config, store, create_backends(), max_request=max_request, handshake=handshake)
     trio.run(serve_stdio, server)
     return 0
+
+
+def _has_ledgers(run_dir: Path) -> bool:
+    try:
+        return any(name.endswith(".json") for name in os.listdir(run_dir))
+    except OSError:
+        return False
+
+
+def _reap_stale(run_dir: Path) -> None:
+    from .backends.ledger import ProcessLedger
+
+    ProcessLedger(run_dir).reap_stale()
 
 
 def _schema(out: Path) -> int:
