@@ -420,6 +420,18 @@ class TurnRun:
             log.warning("dropping %s emitted after turn %s ended", type(event).__name__, self.id)
             return
         tid, turn_id = self.thread.id, self.id
+        if type(event) is b.AgentMessageDelta and event.delta:
+            # The hot path (benchmark P3): a delta of a message already open goes straight out.
+            entry = self._open.get(event.item_id)
+            if entry is not None:
+                entry.text.append(event.delta)
+                await self.thread.notify(
+                    "item/agentMessage/delta",
+                    AgentMessageDeltaNotification(
+                        thread_id=tid, turn_id=turn_id, item_id=event.item_id, delta=event.delta
+                    ),
+                )
+                return
         match event:
             case b.ItemStarted(item=item):
                 await self._start(item)
