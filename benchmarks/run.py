@@ -1,7 +1,7 @@
 """Run the benchmark suite and print one table of results, each measured side by side with its
 baseline in the same run (absolute times alone mean little on a shared machine).
 
-    .venv/bin/python benchmarks/run.py            # everything, full size (about 10 minutes)
+    .venv/bin/python benchmarks/run.py            # everything, full size (about 5 minutes)
     .venv/bin/python benchmarks/run.py --quick    # smoke sizes (CI runs this)
     .venv/bin/python benchmarks/run.py --only P1,P3
 
