@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,21 @@ def _gemini(base: Path) -> Iterator[Setup]:
         )
 
 
+def _exec_resume(binary: str, sid: str) -> list[str]:
+    """`codex exec resume` as threadline's exec mode runs it (flags before `resume`, the
+    prompt from stdin)."""
+    return [
+        binary,
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "resume",
+        sid,
+        "-",
+    ]
+
+
 @contextmanager
 def _codex(base: Path) -> Iterator[Setup]:
     from tests.fakes.openai_responses import FakeResponses, Rule, Step, Text, codex_env, codex_home
@@ -176,31 +192,12 @@ def _codex(base: Path) -> Iterator[Setup]:
             {"AGENT_BACKEND": "codex", "BACKEND_CLI_PATH": codex},
             work,
             state,
-            # As threadline's exec mode runs it (flags before `resume`, prompt from stdin).
-            lambda sid: [
-                native,
-                "exec",
-                "--json",
-                "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-                "resume",
-                sid,
-                "-",
-            ],
+            partial(_exec_resume, native),
             is_first,
             {"approvalPolicy": "never"},
             (
                 "through the npm launcher",
-                lambda sid: [
-                    codex,
-                    "exec",
-                    "--json",
-                    "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox",
-                    "resume",
-                    sid,
-                    "-",
-                ],
+                partial(_exec_resume, codex),
             ),
         )
 

@@ -404,49 +404,41 @@ def _unique_seconds(used: set[int]) -> int:
             return n
 
 
-def measure_threadline(backend: str, runs: int, window: float) -> list[Run]:
+def _measure(
+    peer: Peer, s: Setup, thread: dict[str, Any], method: str, runs: int, window: float
+) -> list[Run]:
+    """`runs` cancels (with `method`) of a `sleep` on one thread of `peer`; kills leftovers."""
     used: set[int] = set()
+    try:
+        peer.call("initialize", {"clientInfo": {"name": "p4-bench", "version": "0"}})
+        tid = peer.call("thread/start", thread)["thread"]["id"]
+        out = []
+        for i in range(runs):
+            n = _unique_seconds(used)
+            prompt = s.prompt(f"{i} {n}", n)
+            s.script(prompt, n)
+            out.append(cancel_run(peer, tid, prompt, n, method, window))
+        return out
+    finally:
+        peer.close()
+        for n in used:
+            kill_all(command_pids(f"sleep {n}"))
+
+
+def measure_threadline(backend: str, runs: int, window: float) -> list[Run]:
     with (
         tempfile.TemporaryDirectory(prefix=f"p4-{backend}-") as tmp,
         setup(backend, Path(tmp)) as s,
     ):
         peer = Peer([sys.executable, "-m", "threadline"], s.env, ROOT)
-        try:
-            peer.call("initialize", {"clientInfo": {"name": "p4-bench", "version": "0"}})
-            tid = peer.call("thread/start", s.thread)["thread"]["id"]
-            out = []
-            for i in range(runs):
-                n = _unique_seconds(used)
-                prompt = s.prompt(f"{i} {n}", n)
-                s.script(prompt, n)
-                out.append(cancel_run(peer, tid, prompt, n, "turn/cancel", window))
-            return out
-        finally:
-            peer.close()
-            for n in used:
-                kill_all(command_pids(f"sleep {n}"))
+        return _measure(peer, s, s.thread, "turn/cancel", runs, window)
 
 
 def measure_codex_native(runs: int, window: float) -> list[Run]:
-    used: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="p4-native-") as tmp, setup("codex", Path(tmp)) as s:
-        work = Path(s.thread["cwd"])
-        peer = Peer([find_cli("codex"), "app-server"], s.env, work)
-        try:
-            peer.call("initialize", {"clientInfo": {"name": "p4-bench", "version": "0"}})
-            params = {k: s.thread[k] for k in ("cwd", "approvalPolicy", "sandbox")}
-            tid = peer.call("thread/start", params)["thread"]["id"]
-            out = []
-            for i in range(runs):
-                n = _unique_seconds(used)
-                prompt = s.prompt(f"{i} {n}", n)
-                s.script(prompt, n)
-                out.append(cancel_run(peer, tid, prompt, n, "turn/interrupt", window))
-            return out
-        finally:
-            peer.close()
-            for n in used:
-                kill_all(command_pids(f"sleep {n}"))
+        peer = Peer([find_cli("codex"), "app-server"], s.env, Path(s.thread["cwd"]))
+        thread = {k: s.thread[k] for k in ("cwd", "approvalPolicy", "sandbox")}
+        return _measure(peer, s, thread, "turn/interrupt", runs, window)
 
 
 # -- report ------------------------------------------------------------------------------------
