@@ -38,6 +38,22 @@ class BackendSpec:
     #: (variable, hint) pairs: the first variable set gives the credentials hint.
     credentials: tuple[tuple[str, str], ...] = ()
     no_credentials: str = "none needed"
+    #: The npm package that ships the CLI (None: not installed from npm).
+    npm_package: str | None = None
+    #: The CLI version the project's tests pin (`scripts/install-clis` installs it).
+    pinned_version: str | None = None
+    #: The oldest CLI version the tests have passed on; older installs are reported.
+    oldest_tested: str | None = None
+    #: What to do when the model API refuses the credentials (HTTP 401 / not logged in).
+    login_fix: str | None = None
+
+    @property
+    def install_command(self) -> str | None:
+        """The command that installs the pinned CLI, or None for an in-process backend."""
+        if self.npm_package is None:
+            return None
+        pin = f"@{self.pinned_version}" if self.pinned_version else ""
+        return f"npm install -g {self.npm_package}{pin}"
 
     def credentials_hint(self, env: Mapping[str, str]) -> str:
         """The hint for the first credentials variable set in `env` (never its value)."""
@@ -98,6 +114,10 @@ CLAUDE = BackendSpec(
         ),
     },
     cli="claude",
+    npm_package="@anthropic-ai/claude-code",
+    pinned_version="2.1.197",
+    oldest_tested="2.1.197",
+    login_fix='set ANTHROPIC_API_KEY, or run `claude login`',
     credentials=(
         ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY set"),
         ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
@@ -139,6 +159,10 @@ CODEX = BackendSpec(
         ),
     },
     cli="codex",
+    npm_package="@openai/codex",
+    pinned_version="0.169.0",
+    oldest_tested="0.169.0",
+    login_fix='set OPENAI_API_KEY, or run `codex login`',
     credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")),
     no_credentials="no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
 )
@@ -165,6 +189,10 @@ GEMINI = BackendSpec(
         ),
     },
     cli="gemini",
+    npm_package="@google/gemini-cli",
+    pinned_version="0.61.0",
+    oldest_tested="0.61.0",
+    login_fix='set GEMINI_API_KEY (or run `gemini` once to sign in with Google)',
     credentials=(
         ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
         ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
@@ -193,6 +221,10 @@ OPENCODE = BackendSpec(
         ),
     },
     cli="opencode",
+    npm_package="opencode-ai",
+    pinned_version="1.18.33",
+    oldest_tested="1.18.33",
+    login_fix="run `opencode auth login` (or set the provider's API key, e.g. ANTHROPIC_API_KEY)",
     credentials=(("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set"),),
     no_credentials="provider credentials come from opencode's own config (opencode auth)",
 )
