@@ -83,6 +83,11 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
+    if config.backend_set:
+        problem = _unusable_backend(config.default_backend, config.cli_path)
+        if problem:
+            print(f"threadline: {problem}", file=sys.stderr)
+            return 2
     root = default_root()
     run_dir = root / "run"
     # CLIs left running by a server that was SIGKILLed are killed before we answer anyone.
@@ -115,6 +120,23 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     server = Server(config, store, create_backends(), max_request=max_request, handshake=handshake)
     trio.run(serve_stdio, server)
     return 0
+
+
+def _unusable_backend(backend: str, cli_path: str | None) -> str | None:
+    """Why the operator's chosen backend cannot run here (its CLI is missing or not
+    executable), or None. Only the binary is checked: that costs no CLI start."""
+    from .backends.catalog import SPECS
+    from .backends.executables import ProcessError, resolve_executable
+
+    command = cli_path or SPECS[backend].cli
+    if command is None:
+        return None
+    try:
+        resolve_executable(command)
+    except ProcessError as exc:
+        tried = cli_path or f"{command} on PATH={os.environ.get('PATH', '')}"
+        return f"AGENT_BACKEND={backend} cannot be used (tried {tried}): {exc}"
+    return None
 
 
 def _has_ledgers(run_dir: Path) -> bool:
@@ -152,6 +174,7 @@ def _doctor() -> int:
     import trio
 
     from .backends.registry import create_backends
+    from .invocation import command_name
     from .server.app import backend_infos
     from .server.config import ConfigError, ServerConfig
 
@@ -166,27 +189,44 @@ def _doctor() -> int:
         config.cli_path,
     )
     for info in infos:
-        modes = []
-        for mode in info.modes:
-            caps = info.capabilities[mode]
-            flags = ",".join(k for k in ("approvals", "interrupt", "resume") if getattr(caps, k))
-            star = "*" if mode == info.default_mode else ""
-            modes.append(f"{mode}{star}[{flags or 'none'}]")
-        mark = "ok " if info.available else "-- "
-        print(
-            f"{mark}{info.id:9} path={info.path or '-'} version={info.version or '-'} "
-            f"modes={' '.join(modes)}"
-            + (f" credentials: {info.credentials}" if info.credentials else "")
-            + (f"  ({info.message})" if info.message else "")
-        )
+        print(_doctor_line(info))
+        if info.message:
+            print(f"      {info.message}")
+    usable = [i.id for i in infos if i.available]
     selected = next(i for i in infos if i.id == config.default_backend)
-    if not selected.available:
+    if config.backend_set and not selected.available:
         print(
-            f"threadline: AGENT_BACKEND={config.default_backend} is not usable here",
+            f"threadline: AGENT_BACKEND={config.default_backend} is not usable here: "
+            f"{selected.message}",
             file=sys.stderr,
         )
         return 1
+    if not usable:
+        return 1
+    ready = [i.id for i in infos if i.available and not (i.credentials or "").startswith("none")]
+    agent = next((i for i in ready if i != "mock"), "mock")
+    prompt = '"/text Hello from threadline!"' if agent == "mock" else '"Say hello"'
+    print(
+        f"\n{len(usable)} of {len(infos)} backends usable here ({', '.join(usable)}). "
+        f"Try one: {command_name()} run --backend {agent} {prompt}"
+    )
     return 0
+
+
+def _doctor_line(info: Any) -> str:
+    """One backend: usable or not, where, which version, its modes and credentials."""
+    modes = []
+    for mode in info.modes:
+        caps = info.capabilities[mode]
+        flags = ",".join(k for k in ("approvals", "interrupt", "resume") if getattr(caps, k))
+        star = "*" if mode == info.default_mode else ""
+        modes.append(f"{mode}{star}[{flags or 'none'}]")
+    mark = "-- " if not info.available else "!! " if info.outdated else "ok "
+    return (
+        f"{mark}{info.id:9} path={info.path or '-'} version={info.version or '-'} "
+        f"modes={' '.join(modes)}"
+        + (f" credentials: {info.credentials}" if info.credentials else "")
+    )
 
 
 def _run(args: Any) -> int:

@@ -28,10 +28,12 @@ from tests.support.client import (
     survivors,
     wait_gone,
 )
+from threadline.backends.catalog import SPECS, BackendSpec
 
 pytestmark = pytest.mark.e2e
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "threadline"
+INITIALIZE = b'{"id":1,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}\n'
 
 
 async def run(
@@ -81,6 +83,74 @@ async def test_bad_agent_backend_refuses_to_start(home: Path) -> None:
     assert "AGENT_BACKEND" in err and "bogus" in err
     for valid in ("claude", "codex", "gemini", "opencode"):
         assert valid in err
+
+
+CLI_BACKENDS = [spec for spec in SPECS.values() if spec.cli is not None]
+
+
+@pytest.mark.parametrize("spec", CLI_BACKENDS, ids=[s.id for s in CLI_BACKENDS])
+async def test_an_operator_chosen_backend_without_its_cli_refuses_to_start(
+    home: Path, tmp_path: Path, spec: BackendSpec
+) -> None:
+    """AGENT_BACKEND (or BACKEND_CLI_PATH) set and its binary missing or not executable: the
+    server names the backend and the path it tried, answers nothing and exits non-zero."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    not_executable = tmp_path / spec.cli  # type: ignore[operator]
+    not_executable.write_text("#!/bin/sh\n")
+    cases = [
+        ({"AGENT_BACKEND": spec.id, "PATH": str(empty)}, f"{spec.cli} on PATH={empty}"),
+        ({"AGENT_BACKEND": spec.id, "BACKEND_CLI_PATH": str(not_executable)}, "not executable"),
+    ]
+    if spec.id == "claude":  # the default backend: BACKEND_CLI_PATH alone names its binary
+        cases.append(({"BACKEND_CLI_PATH": str(tmp_path / "nope")}, str(tmp_path / "nope")))
+    for extra, tried in cases:
+        env = server_env(home, extra)
+        if "AGENT_BACKEND" not in extra:
+            del env["AGENT_BACKEND"]
+        with trio.fail_after(30):
+            done = await trio.run_process(
+                [str(CONSOLE_SCRIPT)],
+                stdin=INITIALIZE,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=env,
+            )
+        assert done.returncode != 0 and done.stdout == b"", done
+        err = done.stderr.decode()
+        assert f"AGENT_BACKEND={spec.id}" in err and tried in err, err
+        if "PATH" in extra:
+            assert f"npm install -g {spec.npm_package}@{spec.pinned_version}" in err, err
+
+
+async def test_without_an_operator_choice_missing_clis_are_reported_not_fatal(
+    home: Path, tmp_path: Path
+) -> None:
+    """Nothing chosen: the server starts, `initialize` says which backends are missing and how
+    to install them, and thread/start on one of them fails with that hint; mock works."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = server_env(home, {"PATH": str(empty)})
+    del env["AGENT_BACKEND"]
+    async with trio.open_nursery() as nursery, running_server(nursery, home, env) as srv:
+        init = await srv.initialize()
+        infos = {b["id"]: b for b in init["backends"]}
+        for spec in CLI_BACKENDS:
+            info = infos[spec.id]
+            assert info["available"] is False, info
+            assert f"npm install -g {spec.npm_package}@" in info["message"], info
+            error = await srv.error(
+                "thread/start", {"modelProvider": spec.id, "cwd": str(tmp_path)}
+            )
+            message = error["message"]
+            assert f"{spec.cli}: command not found" in message, message
+            assert f"npm install -g {spec.npm_package}@{spec.pinned_version}" in message
+        listed = await srv.call("thread/list", {})
+        assert listed["data"] == []  # nothing was created for the refused threads
+        tid = await srv.start_thread(tmp_path, modelProvider="mock")
+        done, _ = await srv.run_turn(tid, "/text still serving")
+        assert done["params"]["turn"]["status"] == "completed"
 
 
 async def test_committed_schemas_are_up_to_date(tmp_path: Path) -> None:

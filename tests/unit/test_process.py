@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import trio
 
+from threadline.backends.catalog import SPECS
 from threadline.backends.process import (
     DEFAULT_MAX_LINE,
     CliNotExecutable,
@@ -156,9 +157,13 @@ async def test_missing_binary_raises_before_spawn(tmp_path: Path) -> None:
     with pytest.raises(CliNotFound) as info:
         async with open_group_process(["claude", "--version"], env=env):
             pytest.fail("body must not run")
-    assert str(info.value) == "claude: command not found (looked for 'claude' on PATH)"
+    assert str(info.value) == (
+        "claude: command not found (looked for 'claude' on PATH). Install Claude Code with "
+        f"`npm install -g @anthropic-ai/claude-code@{SPECS['claude'].pinned_version}`, or point "
+        "BACKEND_CLI_PATH (or thread/start config.cliPath) at its binary"
+    )
     missing = tmp_path / "bin" / "codex"
-    with pytest.raises(CliNotFound, match=f"codex: not found at {missing}$"):
+    with pytest.raises(CliNotFound, match=f"codex: not found at {missing}. Install Codex with"):
         async with open_group_process([str(missing)]):
             pytest.fail("body must not run")
     assert descendant_pids(os.getpid()) == []
@@ -170,6 +175,10 @@ async def test_not_executable(tmp_path: Path) -> None:
     script.chmod(0o644)
     with pytest.raises(CliNotExecutable, match="not executable"):
         resolve_executable(str(script))
+    # a command that is no agent CLI gets no install hint
+    with pytest.raises(CliNotFound) as other:
+        resolve_executable("no-such-tool", {"PATH": str(tmp_path)})
+    assert str(other.value) == "no-such-tool: command not found (looked for 'no-such-tool' on PATH)"
     with pytest.raises(CliNotExecutable, match="not executable"):
         resolve_executable("gemini", {"PATH": str(tmp_path)})
     with pytest.raises(CliNotExecutable):

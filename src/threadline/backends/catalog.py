@@ -7,6 +7,8 @@ two cannot drift."""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,6 +26,8 @@ class BackendCheck:
     version: str | None = None
     message: str | None = None
     credentials: str | None = None
+    #: The CLI is older than the oldest version the tests passed on (`message` says more).
+    outdated: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class BackendSpec:
     oldest_tested: str | None = None
     #: What to do when the model API refuses the credentials (HTTP 401 / not logged in).
     login_fix: str | None = None
+    #: Files a logged-in CLI keeps its credentials in (`~` and `$VAR` expanded; the first that
+    #: exists counts).
+    credential_files: tuple[str, ...] = ()
 
     @property
     def install_command(self) -> str | None:
@@ -56,8 +63,39 @@ class BackendSpec:
         return f"npm install -g {self.npm_package}{pin}"
 
     def credentials_hint(self, env: Mapping[str, str]) -> str:
-        """The hint for the first credentials variable set in `env` (never its value)."""
-        return next((hint for var, hint in self.credentials if env.get(var)), self.no_credentials)
+        """Whether credentials look configured: the first variable set in `env` (never its
+        value), else a login file, else what to do."""
+        hint = next((hint for var, hint in self.credentials if env.get(var)), None)
+        if hint is not None:
+            return hint
+        for pattern in self.credential_files:
+            path = _expand(pattern, env)
+            if path is not None and os.path.isfile(path):
+                return f"logged in ({pattern})"
+        if self.login_fix is None:
+            return self.no_credentials
+        return f"none found: {self.login_fix}"
+
+
+def _expand(pattern: str, env: Mapping[str, str]) -> str | None:
+    """`pattern` with `~` and `$VAR` taken from `env`; None when a variable is unset."""
+    missing = False
+
+    def var(match: re.Match[str]) -> str:
+        nonlocal missing
+        value = env.get(match.group(1))
+        missing = missing or not value
+        return value or ""
+
+    text = re.sub(r"\$([A-Z_][A-Z0-9_]*)", var, pattern)
+    if missing:
+        return None
+    if text.startswith("~"):
+        home = env.get("HOME")
+        if not home:
+            return None
+        text = home + text[1:]
+    return text
 
 
 def _acp_capabilities(command: str) -> BackendCapabilities:
@@ -118,6 +156,7 @@ CLAUDE = BackendSpec(
     pinned_version="2.1.197",
     oldest_tested="2.1.197",
     login_fix='set ANTHROPIC_API_KEY, or run `claude login`',
+    credential_files=("$CLAUDE_CONFIG_DIR/.credentials.json", "~/.claude/.credentials.json"),
     credentials=(
         ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY set"),
         ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
@@ -163,6 +202,7 @@ CODEX = BackendSpec(
     pinned_version="0.169.0",
     oldest_tested="0.169.0",
     login_fix='set OPENAI_API_KEY, or run `codex login`',
+    credential_files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
     credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")),
     no_credentials="no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
 )
@@ -193,6 +233,7 @@ GEMINI = BackendSpec(
     pinned_version="0.61.0",
     oldest_tested="0.61.0",
     login_fix='set GEMINI_API_KEY (or run `gemini` once to sign in with Google)',
+    credential_files=("~/.gemini/oauth_creds.json",),
     credentials=(
         ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
         ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
@@ -225,6 +266,7 @@ OPENCODE = BackendSpec(
     pinned_version="1.18.33",
     oldest_tested="1.18.33",
     login_fix="run `opencode auth login` (or set the provider's API key, e.g. ANTHROPIC_API_KEY)",
+    credential_files=("$XDG_DATA_HOME/opencode/auth.json", "~/.local/share/opencode/auth.json"),
     credentials=(("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set"),),
     no_credentials="provider credentials come from opencode's own config (opencode auth)",
 )

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 
 from .catalog import BackendCheck, BackendSpec
 from .executables import ProcessError, resolve_executable
 
-__all__ = ["check_cli", "check_cli_now", "cli_version", "cli_version_now"]
+__all__ = ["check_cli", "check_cli_now", "cli_version", "cli_version_now", "older_than_tested"]
 
 _VERSION_TIMEOUT = 10.0
 _cache: dict[tuple[str, float], str | None] = {}
@@ -102,13 +103,34 @@ def _resolve(spec: BackendSpec, cli_path: str | None) -> str | BackendCheck:
         return BackendCheck(available=False, message=str(exc))
 
 
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    """(2, 1, 197) for "2.1.197", "codex-cli 0.169.0" or "2.1.197 (Claude Code)"."""
+    match = re.search(r"\d+(?:\.\d+)+", version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else None
+
+
+def older_than_tested(spec: BackendSpec, version: str) -> str | None:
+    """What to do when `version` is older than the oldest one the tests passed on, else None."""
+    if spec.oldest_tested is None:
+        return None
+    have, oldest = _version_tuple(version), _version_tuple(spec.oldest_tested)
+    if have is None or oldest is None or have >= oldest:
+        return None
+    return (
+        f"{spec.cli} {version} is older than the oldest version threadline is tested with "
+        f"({spec.oldest_tested}); upgrade with `{spec.install_command}`"
+    )
+
+
 def _checked(spec: BackendSpec, path: str, version: str | None) -> BackendCheck:
+    old = older_than_tested(spec, version) if version else None
     return BackendCheck(
         available=version is not None,
         path=path,
         version=version,
         credentials=spec.credentials_hint(os.environ),
-        message=None if version else f"`{spec.cli} --version` failed",
+        message=old if version else f"`{spec.cli} --version` failed",
+        outdated=old is not None,
     )
 
 

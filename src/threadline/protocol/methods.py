@@ -107,8 +107,12 @@ class BackendInfo(Base, kw_only=True):
     version: str | None = None
     path: str | None = None
     message: str | None = None
-    #: A hint whether credentials look configured (never the credentials themselves).
+    #: A hint whether credentials look configured (never the credentials themselves), or
+    #: what to do when none are found.
     credentials: str | None = None
+    #: True when the installed CLI is older than the oldest version threadline is tested with
+    #: (`message` names the versions and the upgrade command).
+    outdated: bool = False
 
 
 class InitializeResponse(Base, kw_only=True):

@@ -43,6 +43,9 @@ class ServerConfig:
     approval_timeout: float | None = None
     #: How long a native interrupt may take before the CLI's process group is killed.
     interrupt_grace: float = 5.0
+    #: The operator chose the backend (AGENT_BACKEND or BACKEND_CLI_PATH set): its CLI must
+    #: be usable before threadline serves anyone.
+    backend_set: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ServerConfig:
@@ -76,4 +79,7 @@ class ServerConfig:
             turn_timeout=_positive_float(env, "BACKEND_TURN_TIMEOUT"),
             approval_timeout=_positive_float(env, "THREADLINE_APPROVAL_TIMEOUT"),
             interrupt_grace=grace if grace is not None else 5.0,
+            backend_set=bool(
+                env.get("AGENT_BACKEND", "").strip() or env.get("BACKEND_CLI_PATH", "").strip()
+            ),
         )

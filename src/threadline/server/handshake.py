@@ -70,6 +70,7 @@ def backend_info(
         path=check.path,
         message=check.message,
         credentials=check.credentials,
+        outdated=check.outdated,
     )
 
 

@@ -12,6 +12,8 @@ import msgspec
 import trio
 
 from ..backends.base import Backend, SessionSettings
+from ..backends.catalog import SPECS
+from ..backends.executables import ProcessError, resolve_executable
 from ..ids import InvalidId, new_id, validate_id
 from ..protocol import (
     AskForApproval,
@@ -259,6 +261,21 @@ class ThreadService:
             sandbox=_sandbox_policy(s.sandbox, s.cwd),
         )
 
+    @staticmethod
+    def _require_cli(backend: Backend, settings: SessionSettings) -> None:
+        """A new thread needs its CLI: refuse it, with the install hint, when the binary is
+        missing or not executable (a thread that exists fails its turns instead)."""
+        spec = SPECS.get(backend.id)
+        command = settings.cli_path or (spec.cli if spec else None)
+        if command is None:
+            return
+        try:
+            resolve_executable(command, settings.env)
+        except ProcessError as exc:
+            raise RpcError(
+                INVALID_REQUEST, f"the {backend.id} backend cannot be used here: {exc}"
+            ) from None
+
     def _check_cwd(self, cwd: str | None) -> str:
         path = cwd or os.getcwd()
         if not os.path.isabs(path):
@@ -288,6 +305,7 @@ class ThreadService:
             developer_instructions=p.developer_instructions,
             config=config,
         )
+        self._require_cli(backend, settings)
         now = int(time.time())
         record = ThreadRecord(
             id=tid,

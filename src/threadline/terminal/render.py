@@ -90,6 +90,8 @@ class Renderer:
         self.items: dict[str, ThreadItem] = {}
         self.last_output = time.monotonic()
         self.current: str | None = None  # what the agent is doing, for the progress line
+        #: A turn's final error, held so the turn's last line reports it once.
+        self._final_error: str | None = None
 
     # -- low level -------------------------------------------------------------------------------
 
@@ -151,8 +153,11 @@ class Renderer:
                 lines += [f"  {marks.get(step.status, '[ ]')} {step.step}" for step in plan]
                 self.line("\n".join(lines))
             case ErrorNotification(error=error, will_retry=will_retry):
-                suffix = " (retrying)" if will_retry else ""
-                self.line(self.style.red(f"error: {error.message}{suffix}"))
+                if will_retry:
+                    self.line(self.style.red(f"error: {error.message} (retrying)"))
+                else:
+                    # The turn's end says it once: `— failed: <the same message>`.
+                    self._final_error = error.message
             case WarningNotification(message=message):
                 self.line(self.style.yellow(f"warning: {message}"))
             case TurnCompletedNotification(turn=turn):
@@ -235,6 +240,9 @@ class Renderer:
 
     def _turn_completed(self, status: str, error: str | None) -> None:
         s = self.style
+        final, self._final_error = self._final_error, None
+        if final is not None and final != error:
+            self.line(s.red(f"error: {final}"))
         if status == "completed":
             self.line(s.dim("— done"))
         elif status == "interrupted":

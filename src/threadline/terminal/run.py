@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..protocol import (
     ToolRequestApprovalParams,
     ToolRequestUserInputParams,
 )
+from ..invocation import command_name
 from .render import Renderer, Style
 
 __all__ = ["RunOptions", "run_main"]
@@ -61,7 +63,32 @@ class RunOptions:
 
 
 def run_main(options: RunOptions) -> int:
-    return trio.run(_Session(options).main)
+    with _no_control_echo():
+        return trio.run(_Session(options).main)
+
+
+@contextmanager
+def _no_control_echo() -> Iterator[None]:
+    """The terminal does not echo Ctrl-C as `^C`: the session prints its own `^C …` line,
+    and the two together read `^C^C`."""
+    try:
+        import termios
+    except ImportError:
+        yield
+        return
+    try:
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (OSError, ValueError, termios.error):
+        yield  # not a terminal
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHOCTL
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 class _StdinLines:
@@ -158,7 +185,7 @@ class _Session:
         self.say(
             self.err.dim(
                 f"thread {thread.id} · {opened.model_provider} · {opened.model} · {opened.cwd}\n"
-                f"continue it with: threadline run --resume {thread.id}"
+                f"continue it with: {command_name()} run --resume {thread.id}"
             )
         )
         if o.prompt is not None:
@@ -255,26 +282,30 @@ class _Session:
         s = self.err
         if isinstance(params, ToolRequestUserInputParams):
             return await self._questions(params)
+        # What [a] covers is what the approval router remembers: the same command, any file
+        # change, or the same tool, in this thread until threadline exits.
         if isinstance(params, CommandExecutionRequestApprovalParams):
             item = self.renderer.items.get(params.item_id)
             command = params.command or (
                 item.command if isinstance(item, CommandExecutionItem) else "?"
             )
             what = f"run {s.cyan(command)}" + (f" in {params.cwd}" if params.cwd else "")
+            always = "[a]lways allow this exact command in this thread"
         elif isinstance(params, FileChangeRequestApprovalParams):
             what = "apply the file change above"
+            always = "[a]lways allow file changes in this thread"
         elif isinstance(params, ToolRequestApprovalParams):
             what = f"use the tool {s.cyan(params.tool)}"
+            always = f"[a]lways allow {params.tool} in this thread"
         else:
             what = f"answer {request.method}"
+            always = "[a]lways allow this in this thread"
         reason = getattr(params, "reason", None)
         self.say(
             s.bold("approval: ") + f"the agent wants to {what}" + (f" — {reason}" if reason else "")
         )
         while True:
-            answer = await self._ask(
-                "allow? [y]es / [n]o / [a]lways this session / [c]ancel turn: "
-            )
+            answer = await self._ask(f"allow? [y]es / [n]o / {always} / [c]ancel turn: ")
             if answer is None:
                 self.say(s.yellow("(no answer: declined)"))
                 return {"decision": "decline"}
@@ -316,9 +347,10 @@ class _Session:
                 line = await self.lines.receive()
             finally:
                 self.prompt_scope = None
-            # A piped answer is not echoed by a terminal: show it, so the transcript reads.
-            echo = "" if line is None or sys.stdin.isatty() else line
-            sys.stderr.write(echo + "\n")
+            # A terminal echoed the answer and its newline; a piped answer is shown here, so
+            # the transcript reads.
+            if line is None or not sys.stdin.isatty():
+                sys.stderr.write((line or "") + "\n")
             return line
         sys.stderr.write("\n")
         return "\x03"

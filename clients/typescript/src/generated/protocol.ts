@@ -110,6 +110,7 @@ export interface BackendInfo {
   id: string;
   message?: string | null;
   modes: string[];
+  outdated?: boolean;
   path?: string | null;
   version?: string | null;
 }
