@@ -83,10 +83,26 @@ def test_declined_and_unanswered_approvals_do_not_run(home: Path, workdir: Path)
     assert (workdir / "yes.txt").exists()
 
 
+def test_always_covers_what_it_says(home: Path, workdir: Path) -> None:
+    """`[a]` on a command allows that exact command again without asking, not another one."""
+    script = "/run echo same\n/run echo same\n/run echo other"
+    done = run(home, workdir, script, stdin="a\nn\n")
+    assert done.returncode == 0, done.stderr
+    assert "[a]lways allow this exact command in this thread" in done.stderr
+    assert done.stderr.count("allow? [y]es") == 2  # the repeat was not asked
+    assert done.stdout.count("$ echo same\nsame\n(exit 0)") == 2
+    assert "$ echo other\n(declined)" in done.stdout
+    done = run(home, workdir, "/write a.txt 1\n/write b.txt 2", stdin="a\n")
+    assert "[a]lways allow file changes in this thread" in done.stderr
+    assert done.stderr.count("allow? [y]es") == 1
+    assert (workdir / "a.txt").exists() and (workdir / "b.txt").exists()
+
+
 def test_failed_turn_exit_status_and_unknown_backend(home: Path, workdir: Path) -> None:
     done = run(home, workdir, "/fail the disk is on fire")
     assert done.returncode == 1
     assert "failed: the disk is on fire" in done.stdout
+    assert (done.stdout + done.stderr).count("the disk is on fire") == 1, done  # said once
     done = run(home, workdir, "--backend", "nonesuch", "/text hi")
     assert done.returncode == 2 and "nonesuch" in done.stderr
 
@@ -106,6 +122,10 @@ def test_interactive_session_and_resume(home: Path, workdir: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "first answer" in done.stdout and "second answer" in done.stdout
     tid = thread_id(done.stderr)
+    # the hint names threadline the way this run was started (`python -m threadline` here)
+    python = os.path.relpath(sys.executable, ROOT)
+    python = sys.executable if python.startswith("..") else python
+    assert f"continue it with: {python} -m threadline run --resume {tid}" in done.stderr
     again = run(home, workdir, "--resume", tid, "/text third answer")
     assert again.returncode == 0, again.stderr
     assert thread_id(again.stderr) == tid and "third answer" in again.stdout
@@ -169,3 +189,58 @@ async def test_ctrl_c_cancels_the_turn_then_quits(home: Path, workdir: Path) -> 
     assert rc == 130, err.decode()
     assert b"cancelling the turn" in err
     print(f"Ctrl-C -> interrupted shown in {cancel_s * 1000:.0f} ms")
+
+
+class Terminal:
+    """`threadline run` on a pseudo-terminal, as a user at a keyboard sees it."""
+
+    def __init__(self, home: Path, cwd: Path, *args: str) -> None:
+        import pty
+
+        argv = [sys.executable, "-m", "threadline", "run", "--cwd", str(cwd), *args]
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: its controlling terminal is the pty
+            os.chdir(ROOT)
+            os.execve(argv[0], argv, run_env(home))
+        self.screen = b""
+
+    def read_until(self, needle: bytes, timeout: float = 30) -> None:
+        import select
+
+        deadline = time.monotonic() + timeout
+        while needle not in self.screen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{needle!r} not seen in {self.screen!r}"
+            if select.select([self.fd], [], [], left)[0]:
+                try:
+                    self.screen += os.read(self.fd, 65536)
+                except OSError:  # the child closed the terminal
+                    assert needle in self.screen, f"{needle!r} not seen in {self.screen!r}"
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def exit_status(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"threadline run did not exit: {self.screen!r}")
+
+
+def test_on_a_terminal_answers_and_ctrl_c_read_cleanly(home: Path, workdir: Path) -> None:
+    """The echoed answer is not followed by a blank line, and Ctrl-C shows one `^C`."""
+    term = Terminal(home, workdir, "/run echo hi\n/sleep 30")
+    term.read_until(b"[c]ancel turn: ")
+    term.type(b"y\r")
+    term.read_until(b"(exit 0)")
+    assert b"y\r\nhi\r\n(exit 0)" in term.screen, term.screen  # no blank line after the answer
+    time.sleep(0.5)  # in the /sleep now
+    term.type(b"\x03")
+    term.read_until(b"interrupted")
+    assert term.exit_status() == 130
+    assert b"^C cancelling the turn" in term.screen and b"^C^C" not in term.screen, term.screen
