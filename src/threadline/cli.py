@@ -254,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         return _serve()
     import argparse
 
+    from .invocation import command_name
+
     parser = argparse.ArgumentParser(
-        prog="threadline",
+        prog=command_name(),
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
