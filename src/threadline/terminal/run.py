@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from ..client import Client, RpcError, ServerClosed, ServerRequest, TurnStream, spawn
+from ..invocation import command_name
 from ..protocol import (
     CommandExecutionItem,
     CommandExecutionRequestApprovalParams,
@@ -29,7 +30,6 @@ from ..protocol import (
     ToolRequestApprovalParams,
     ToolRequestUserInputParams,
 )
-from ..invocation import command_name
 from .render import Renderer, Style
 
 __all__ = ["RunOptions", "run_main"]
