@@ -141,8 +141,9 @@ def render_backends() -> str:
 
 # -- capturing a scripted session ------------------------------------------------------------------
 
-#: Stand-ins for the temp directories of the capture.
-PROJECT_DIR = "/work/project"
+#: Stand-ins for the temp directories of the capture. The project's is a directory every
+#: system has, so a captured request (`thread/start`'s `cwd`) runs as shown.
+PROJECT_DIR = "/tmp"
 HOME_DIR = "/home/user/.local/share/threadline"
 _FIXED_SECONDS = 1767225600  # 2026-01-01T00:00:00Z
 _FIXED_MS = _FIXED_SECONDS * 1000
@@ -855,7 +856,15 @@ class Docs:
 
 
 def _json_block(message: JSON) -> list[str]:
-    return ["```json", json.dumps(message, indent=2, ensure_ascii=False), "```"]
+    """One message on one line, as on the wire; `captured` tells tests/e2e/test_docs_examples.py
+    that `threadline docs` ran it (tests/unit/test_docs_fresh.py keeps it current)."""
+    line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    return ["```json captured", line, "```"]
+
+
+def _text_block(why: str, lines: list[str]) -> list[str]:
+    """A block of text that is not a command, marked so for tests/e2e/test_docs_examples.py."""
+    return [f"<!-- not-run: {why} -->", "```text", *lines, "```"]
 
 
 def _find(
@@ -911,7 +920,7 @@ def _overview(capture: _Capture) -> list[str]:
         else:
             rows.append([text, 1])
     lines = [text + (f"  ({count} times)" if count > 1 else "") for text, count in rows]
-    return ["```text", *lines, "```"]
+    return _text_block("a summary of the captured turn, one line per message", lines)
 
 
 def render_protocol(
@@ -947,8 +956,8 @@ def render_protocol(
         "JSON Schemas in `schemas/` (`threadline.schema.json`, draft 2020-12, and",
         "`methods.json`) — the types a client can validate against.",
         "",
-        "- One JSON message per line, UTF-8. Examples below are pretty-printed; on the wire",
-        "  each is a single line.",
+        "- One JSON message per line, UTF-8. Every example below is one line too, exactly as",
+        "  it goes over the wire.",
         '- Requests may omit `"jsonrpc": "2.0"`; every message threadline writes carries it.',
         "  Ids are strings or integers. Unknown fields are ignored.",
         "- `initialize` first. Requests are answered in any order (each runs in its own task);",
@@ -962,7 +971,8 @@ def render_protocol(
         "`initialize` lists just `mock`), then normalized: UUIDs are replaced by placeholders",
         "numbered in order of appearance (still valid UUIDs), times by 2026-01-01T00:00:00Z",
         f"(`{_FIXED_SECONDS}` s, `{_FIXED_MS}` ms), durations by `{_FIXED_DURATION_MS}` ms,",
-        f"the project directory by `{PROJECT_DIR}` and the state directory by `{HOME_DIR}`.",
+        f"the project directory by `{PROJECT_DIR}` (so a captured `thread/start` runs as shown)",
+        f"and the state directory by `{HOME_DIR}`.",
         "Examples the mock backend cannot produce are synthesized from the schema and marked so.",
         "",
         "## Contents",
@@ -980,9 +990,7 @@ def render_protocol(
         "reasoning, a plan, a command, a file change, another tool and a question, each",
         "approval answered by the client, then the final answer. Its prompt:",
         "",
-        "```text",
-        _TURN_1,
-        "```",
+        *_text_block("the mock prompt of the captured turn, not a command", [_TURN_1]),
         "",
         *_overview(capture),
         "",
@@ -1109,7 +1117,7 @@ def render_protocol(
         if isinstance(request, _Described):
             out += [f"→ {request}", ""]
         elif isinstance(request, str):
-            out += ["→ the line", "", "```text", request, "```", ""]
+            out += ["→ the line", "", *_text_block("the broken line itself", [request]), ""]
         else:
             out += ["→", "", *_json_block(request), ""]
         out += ["←", "", *_json_block(response), ""]
