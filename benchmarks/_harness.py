@@ -21,7 +21,9 @@ if str(ROOT) not in sys.path:
 
 
 def find_cli(name: str) -> str:
-    local = ROOT / ".tools" / "node_modules" / ".bin" / name
+    from tests.support.tools import TOOLS_BIN  # importable once ROOT is on sys.path
+
+    local = TOOLS_BIN / name
     found = str(local) if local.exists() else shutil.which(name)
     if not found:
         sys.exit(f"{name} not found: run scripts/install-clis")

@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 
 from _harness import ROOT, Result, median_row, print_table
+from tests.support.tools import TOOLS_BIN, TOOLS_DIR
 
 _CODEX_NATIVE = (
-    ROOT / ".tools/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+    TOOLS_DIR / "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
 )
 _INIT = {
     "id": 1,
@@ -76,7 +77,7 @@ def run(quick: bool = False, runs: int | None = None) -> list[Result]:
     if not _CODEX_NATIVE.exists():
         sys.exit(f"native codex not found at {_CODEX_NATIVE}: run scripts/install-clis")
     base_env = dict(os.environ)
-    base_env["PATH"] = f"{ROOT / '.tools/node_modules/.bin'}{os.pathsep}{base_env.get('PATH', '')}"
+    base_env["PATH"] = f"{TOOLS_BIN}{os.pathsep}{base_env.get('PATH', '')}"
     samples: dict[str, list[float]] = {"tl": [], "codex": [], "tl_ready": [], "codex_ready": []}
     argv = threadline_argv()
     # As installed by pip: bytecode compiled (an editable checkout under

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import ROOT, Result, find_cli, ms, print_table
+from tests.support.tools import TOOLS_BIN
 
 GOAL_S = 0.050
 BACKENDS = ("mock", "claude", "codex", "gemini", "opencode")
@@ -288,8 +289,7 @@ def _stub_bin(base: Path, keep: str | None) -> Path:
 
 
 def _path(base: Path, keep: str | None) -> str:
-    cli_dir = ROOT / ".tools" / "node_modules" / ".bin"
-    return os.pathsep.join([str(_stub_bin(base, keep)), str(cli_dir), os.environ.get("PATH", "")])
+    return os.pathsep.join([str(_stub_bin(base, keep)), str(TOOLS_BIN), os.environ.get("PATH", "")])
 
 
 @contextlib.contextmanager

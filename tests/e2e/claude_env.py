@@ -2,7 +2,7 @@
 
 The CLI talks to `tests.fakes.anthropic.FakeAnthropic` (ANTHROPIC_BASE_URL) with a fresh
 HOME / CLAUDE_CONFIG_DIR per test, no retries and no non-essential traffic (see
-shared/reference/claude-code.md §6). The CLI is looked up in `.tools/node_modules/.bin`
+shared/reference/claude-code.md §6). The CLI is looked up in `TOOLS_BIN`
 (what `scripts/install-clis` installs), then on PATH. Missing CLI: the tests skip, except under
 CI (`CI` set), where they fail: CI must never go green by skipping the real-CLI tests.
 
@@ -28,13 +28,13 @@ import trio
 
 from tests.fakes.anthropic import FakeAnthropic, Rule
 from tests.support.client import (
-    ROOT,
     Message,
     ServerProcess,
     descendants,
     notifications,
     running_server,
 )
+from tests.support.tools import TOOLS_BIN
 
 __all__ = [
     "ClaudeEnv",
@@ -52,7 +52,7 @@ __all__ = [
     "wait_claude_pid",
 ]
 
-LOCAL_CLAUDE = ROOT / ".tools" / "node_modules" / ".bin" / "claude"
+LOCAL_CLAUDE = TOOLS_BIN / "claude"
 
 
 def find_claude() -> Path | None:

@@ -3,7 +3,7 @@
 The CLI talks to `tests.fakes.openai_responses.FakeResponses` through a custom model provider
 written into a fresh CODEX_HOME (`codex_home`: no retries, no analytics, no plugin sync, bounded
 connection retries), with a scratch HOME, so nothing of the developer's own Codex set-up is read
-and nothing but 127.0.0.1 is contacted. The CLI is looked up in `.tools/node_modules/.bin`
+and nothing but 127.0.0.1 is contacted. The CLI is looked up in `TOOLS_BIN`
 (what `scripts/install-clis` installs), then on PATH. Missing CLI: the tests skip, except under
 CI (`CI` set), where they fail: CI must never go green by skipping the real-CLI tests.
 
@@ -29,13 +29,13 @@ import trio
 
 from tests.fakes.openai_responses import ENV_KEY, FakeResponses, Rule, StepLike, codex_home
 from tests.support.client import (
-    ROOT,
     Message,
     ServerProcess,
     descendants,
     notifications,
     running_server,
 )
+from tests.support.tools import TOOLS_BIN
 
 __all__ = [
     "CodexEnv",
@@ -52,7 +52,7 @@ __all__ = [
     "sleep_pids",
 ]
 
-LOCAL_CODEX = ROOT / ".tools" / "node_modules" / ".bin" / "codex"
+LOCAL_CODEX = TOOLS_BIN / "codex"
 MARKER_VAR = "THREADLINE_CODEX_E2E"
 
 

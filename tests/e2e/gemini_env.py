@@ -5,7 +5,7 @@ test whose settings select API-key auth, turn telemetry off, allow one API attem
 backoff) and run shells without a PTY (so ACP tool updates carry the output); see
 `tests.fakes.gemini.gemini_home` and shared/reference/gemini-cli.md §3. `BACKEND_MODEL` names a
 known model, so the CLI skips its router side call. The CLI is looked up in
-`.tools/node_modules/.bin` (what `scripts/install-clis` installs), then on PATH. Missing CLI: the
+`TOOLS_BIN` (what `scripts/install-clis` installs), then on PATH. Missing CLI: the
 tests skip, except under CI (`CI` set), where they fail: CI must never go green by skipping the
 real-CLI tests.
 
@@ -34,7 +34,8 @@ import trio
 from tests.e2e.claude_env import cmdline, marked_pids
 from tests.fakes.gemini import MODEL, FakeGemini, Rule, StepLike, gemini_home
 from tests.fakes.gemini import gemini_env as cli_environment
-from tests.support.client import ROOT, ServerProcess, descendants, running_server
+from tests.support.client import ServerProcess, descendants, running_server
+from tests.support.tools import TOOLS_BIN
 
 __all__ = [
     "MODEL",
@@ -46,7 +47,7 @@ __all__ = [
     "headless_pids",
 ]
 
-LOCAL_GEMINI = ROOT / ".tools" / "node_modules" / ".bin" / "gemini"
+LOCAL_GEMINI = TOOLS_BIN / "gemini"
 MARKER_VAR = "THREADLINE_GEMINI_E2E"
 
 

@@ -4,7 +4,7 @@ The CLI talks to `tests.fakes.openai_chat.FakeOpenAIChat` through a custom provi
 with OPENCODE_CONFIG_CONTENT (`tests.fakes.openai_chat.opencode_env`: fresh HOME and XDG dirs,
 no models catalogue fetch, no update check, the plugin install pre-seeded), so nothing of the
 developer's own OpenCode set-up is read, nothing is written into the project dir and nothing
-but 127.0.0.1 is contacted. The CLI is looked up in `.tools/node_modules/.bin` (what
+but 127.0.0.1 is contacted. The CLI is looked up in `TOOLS_BIN` (what
 `scripts/install-clis` installs), then on PATH. Missing CLI: the tests skip, except under CI
 (`CI` set), where they fail: CI must never go green by skipping the real-CLI tests.
 
@@ -33,7 +33,8 @@ import trio
 from tests.e2e.claude_env import cmdline, marked_pids
 from tests.fakes.openai_chat import FakeOpenAIChat, Rule, StepLike
 from tests.fakes.openai_chat import opencode_env as cli_environment
-from tests.support.client import ROOT, ServerProcess, descendants, running_server
+from tests.support.client import ServerProcess, descendants, running_server
+from tests.support.tools import TOOLS_BIN
 
 __all__ = [
     "OpenCodeEnv",
@@ -43,7 +44,7 @@ __all__ = [
     "opencode_pids",
 ]
 
-LOCAL_OPENCODE = ROOT / ".tools" / "node_modules" / ".bin" / "opencode"
+LOCAL_OPENCODE = TOOLS_BIN / "opencode"
 MARKER_VAR = "THREADLINE_OPENCODE_E2E"
 
 

@@ -12,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.tools import TOOLS_BIN
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_suite_runs_in_quick_mode(tmp_path: Path) -> None:
     env = dict(os.environ)
-    env["PATH"] = f"{ROOT / '.tools' / 'node_modules' / '.bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{TOOLS_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["TMPDIR"] = str(tmp_path)
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick"],

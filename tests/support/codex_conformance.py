@@ -44,10 +44,14 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
+from threadline.backends.catalog import SPECS
+
+from .tools import TOOLS_BIN
+
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL_CODEX = ROOT / ".tools" / "node_modules" / ".bin" / "codex"
-#: The Codex CLI version threadline is wire-compatible with (pinned by scripts/install-clis).
-PINNED_VERSION = "0.169.0"
+LOCAL_CODEX = TOOLS_BIN / "codex"
+#: The Codex CLI version threadline is wire-compatible with: the catalog's pin.
+PINNED_VERSION = str(SPECS["codex"].pinned_version)
 BUNDLE = "codex_app_server_protocol.schemas.json"
 _URI = "codex.schema.json"
 

@@ -30,8 +30,7 @@ from tests.fakes.anthropic import (
     Thinking,
     ToolUse,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.tools import TOOLS_BIN
 
 
 @pytest.fixture
@@ -293,7 +292,7 @@ def test_max_lifetime_stops_the_server() -> None:
 
 def find_claude() -> str | None:
     for candidate in (
-        REPO / ".tools/node_modules/.bin/claude",
+        TOOLS_BIN / "claude",
         Path("/tmp/tools-test/node_modules/.bin/claude"),
     ):
         if os.access(candidate, os.X_OK):
@@ -305,7 +304,7 @@ def find_claude() -> str | None:
 def claude() -> str:
     path = find_claude()
     if path is None:
-        pytest.skip("claude CLI not found (PATH, .tools/node_modules/.bin, /tmp/tools-test)")
+        pytest.skip(f"claude CLI not found ({TOOLS_BIN}, /tmp/tools-test, PATH)")
     return path
 
 

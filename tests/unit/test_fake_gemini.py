@@ -43,8 +43,8 @@ from tests.fakes.gemini import (
     gemini_home,
     side_answer,
 )
+from tests.support.tools import TOOLS_BIN
 
-REPO = Path(__file__).resolve().parents[2]
 STREAM = f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
 
 
@@ -495,7 +495,7 @@ def test_gemini_home_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def find_gemini() -> str | None:
-    local = REPO / ".tools/node_modules/.bin/gemini"
+    local = TOOLS_BIN / "gemini"
     return str(local) if os.access(local, os.X_OK) else shutil.which("gemini")
 
 
@@ -503,7 +503,7 @@ def find_gemini() -> str | None:
 def gemini() -> str:
     path = find_gemini()
     if path is None:
-        message = "gemini CLI not found (.tools/node_modules/.bin, PATH)"
+        message = f"gemini CLI not found ({TOOLS_BIN}, PATH)"
         if os.environ.get("CI"):
             pytest.fail(message + "; CI must run the real-CLI tests", pytrace=False)
         pytest.skip(message)

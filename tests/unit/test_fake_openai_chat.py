@@ -40,8 +40,8 @@ from tests.fakes.openai_chat import (
     opencode_env,
     write_call,
 )
+from tests.support.tools import TOOLS_BIN
 
-REPO = Path(__file__).resolve().parents[2]
 TITLE_SYSTEM = "You are a title generator. You output ONLY a thread title. Nothing else."
 
 
@@ -454,7 +454,7 @@ def test_opencode_env(tmp_path: Path) -> None:
 
 
 def find_opencode() -> str | None:
-    local = REPO / ".tools/node_modules/.bin/opencode"
+    local = TOOLS_BIN / "opencode"
     return str(local) if os.access(local, os.X_OK) else shutil.which("opencode")
 
 
@@ -462,7 +462,7 @@ def find_opencode() -> str | None:
 def opencode() -> str:
     path = find_opencode()
     if path is None:
-        message = "opencode CLI not found (.tools/node_modules/.bin, PATH)"
+        message = f"opencode CLI not found ({TOOLS_BIN}, PATH)"
         if os.environ.get("CI"):
             pytest.fail(message + "; CI must run the real-CLI tests", pytrace=False)
         pytest.skip(message)

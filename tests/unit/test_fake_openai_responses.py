@@ -40,8 +40,7 @@ from tests.fakes.openai_responses import (
     codex_env,
     codex_home,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.tools import TOOLS_BIN
 
 
 @pytest.fixture
@@ -388,7 +387,7 @@ def test_codex_home_and_env(tmp_path: Path) -> None:
 
 
 def find_codex() -> str | None:
-    local = REPO / ".tools/node_modules/.bin/codex"
+    local = TOOLS_BIN / "codex"
     return str(local) if os.access(local, os.X_OK) else shutil.which("codex")
 
 
@@ -396,7 +395,7 @@ def find_codex() -> str | None:
 def codex() -> str:
     path = find_codex()
     if path is None:
-        message = "codex CLI not found (.tools/node_modules/.bin, PATH)"
+        message = f"codex CLI not found ({TOOLS_BIN}, PATH)"
         if os.environ.get("CI"):
             pytest.fail(message + "; CI must run the real-CLI tests", pytrace=False)
         pytest.skip(message)
