@@ -341,9 +341,9 @@ def setup(backend: str, base: Path) -> Iterator[Setup]:
             }
 
             def claude_script(prompt: str, n: int) -> None:
-                fake.set_script(
-                    ARule(prompt, [ToolUse("Bash", {"command": f"sleep {n}"}), "Not reached."])
-                )
+                # Not a bare `sleep`: claude 2.1.332 refuses a command that starts with one.
+                bash = ToolUse("Bash", {"command": f"true && sleep {n}"})
+                fake.set_script(ARule(prompt, [bash, "Not reached."]))
 
             yield Setup(env, thread, claude_script)
     elif backend == "codex":

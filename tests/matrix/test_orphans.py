@@ -65,7 +65,8 @@ def script(h: Harness) -> None:
         Rule("healthy", Say(HEALTHY)),
         Bystander.RULE,
         Rule("stalling", Stall("The bystander starts to answer, then nothing more")),
-        Rule("sleeper", Shell(f"sleep {SLEEP_S}"), Say("Slept.")),
+        # Not a bare `sleep`: claude 2.1.332 refuses a command that starts with one.
+        Rule("sleeper", Shell(f"true && sleep {SLEEP_S}"), Say("Slept.")),
         Rule("quick", Say("A quick answer, streamed slowly to leave time.", delay_ms=100)),
     )
 
