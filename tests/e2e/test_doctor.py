@@ -1,5 +1,6 @@
 """`threadline doctor`: one line per backend, and a non-zero exit when the selected backend is
-unusable. Runs against the pinned CLIs that scripts/install-clis puts in .tools/."""
+unusable. Runs against the CLIs in tests.support.tools.TOOLS_DIR: the pinned ones that
+scripts/install-clis puts in .tools/, or the newest (scripts/test-latest)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ from pathlib import Path
 import pytest
 
 from tests.support.client import ROOT
+from tests.support.tools import TOOLS_BIN, cli_versions
+from threadline.backends.catalog import SPECS
 
 pytestmark = pytest.mark.e2e
 
-TOOLS = ROOT / ".tools" / "node_modules" / ".bin"
-PINNED = {"claude": "2.1.197", "codex": "0.169.0", "gemini": "0.61.0", "opencode": "1.18.33"}
 
-
-def doctor(path: str, backend: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+def doctor(
+    path: str, backend: str | None, tmp: Path, **extra: str
+) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": path,
         "HOME": str(tmp),  # no credentials from the real home
         "THREADLINE_HOME": str(tmp / "state"),
-        "AGENT_BACKEND": backend,
+        **({"AGENT_BACKEND": backend} if backend else {}),
+        **extra,
     }
     return subprocess.run(
         [sys.executable, "-m", "threadline", "doctor"],
@@ -36,20 +39,32 @@ def doctor(path: str, backend: str, tmp: Path) -> subprocess.CompletedProcess[st
 
 
 def lines_by_backend(stdout: str) -> dict[str, str]:
-    return {line.split()[1]: line for line in stdout.splitlines()}
+    """Each backend's line, with the indented detail lines under it."""
+    lines: dict[str, str] = {}
+    backend = None
+    for line in stdout.splitlines():
+        if line[:3] in ("ok ", "-- ", "!! "):
+            backend = line.split()[1]
+            lines[backend] = line
+        elif line.startswith("  ") and backend is not None:
+            lines[backend] += "\n" + line.strip()
+        else:
+            backend = None
+    return lines
 
 
 def test_all_pinned_clis_found_with_versions_modes_and_capabilities(tmp_path: Path) -> None:
-    if not TOOLS.is_dir():
+    if not TOOLS_BIN.is_dir():
         if os.environ.get("CI"):
             pytest.fail("the pinned CLIs are not installed (scripts/install-clis)")
         pytest.skip("the pinned CLIs are not installed (scripts/install-clis)")
-    path = os.pathsep.join([str(TOOLS), os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+    versions = cli_versions()
+    path = os.pathsep.join([str(TOOLS_BIN), os.path.dirname(sys.executable), "/usr/bin", "/bin"])
     done = doctor(path, "claude", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = lines_by_backend(done.stdout)
-    assert set(lines) == {*PINNED, "mock"}
-    for backend, version in PINNED.items():
+    assert set(lines) == {*versions, "mock"}
+    for backend, version in versions.items():
         line = lines[backend]
         assert line.startswith("ok "), line
         assert f"version={version}" in line and "path=/" in line, line
@@ -70,3 +85,65 @@ def test_missing_selected_backend_exits_non_zero(tmp_path: Path) -> None:
     assert "AGENT_BACKEND=gemini is not usable here" in done.stderr
     # the offline mock is always usable
     assert doctor(str(empty), "mock", tmp_path).returncode == 0
+
+
+def test_a_fresh_machine_gets_install_commands_and_a_mock_to_try(tmp_path: Path) -> None:
+    """No CLI, no AGENT_BACKEND: doctor succeeds (the mock works) and says how to install
+    each CLI, naming its npm package at the pinned version."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = doctor(str(empty), None, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = lines_by_backend(done.stdout)
+    for spec in SPECS.values():
+        if spec.cli is None:
+            assert lines[spec.id].startswith("ok "), lines[spec.id]
+            continue
+        line = lines[spec.id]
+        assert line.startswith("-- ") and "not found" in line, line
+        assert f"`npm install -g {spec.npm_package}@{spec.pinned_version}`" in line, line
+    summary = done.stdout.strip().splitlines()[-1]
+    assert f"1 of {len(SPECS)} backends usable here (mock)" in summary, summary
+    # the command to try is the one this doctor was started by (here, from the checkout)
+    python = os.path.relpath(sys.executable, ROOT)
+    python = sys.executable if python.startswith("..") else python
+    assert f"Try one: {python} -m threadline run --backend mock" in summary, summary
+
+
+def test_missing_credentials_name_the_variable_or_login_command(tmp_path: Path) -> None:
+    if not TOOLS_BIN.is_dir():
+        pytest.skip("the pinned CLIs are not installed (scripts/install-clis)")
+    path = os.pathsep.join([str(TOOLS_BIN), os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+    done = doctor(path, None, tmp_path)
+    lines = lines_by_backend(done.stdout)
+    assert (
+        "credentials: none found: set ANTHROPIC_API_KEY, or run `claude login`" in (lines["claude"])
+    )
+    assert "credentials: none found: set OPENAI_API_KEY, or run `codex login`" in lines["codex"]
+    assert "set GEMINI_API_KEY" in lines["gemini"]
+    assert "`opencode auth login`" in lines["opencode"]
+    # a key in the environment, or a login file in the CLI's home, counts (never its value)
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex" / "auth.json").write_text("{}")
+    done = doctor(path, None, tmp_path, ANTHROPIC_API_KEY="sk-secret-value")
+    lines = lines_by_backend(done.stdout)
+    assert "credentials: ANTHROPIC_API_KEY set" in lines["claude"]
+    assert "credentials: logged in (~/.codex/auth.json)" in lines["codex"]
+    assert "sk-secret-value" not in done.stdout + done.stderr
+    # with credentials, the suggested first run is a real agent
+    assert "Try one:" in done.stdout and "run --backend claude" in done.stdout
+
+
+def test_an_outdated_cli_is_reported(tmp_path: Path) -> None:
+    """A CLI older than the oldest version the tests passed on is usable but flagged, with
+    the upgrade command."""
+    old = tmp_path / "claude"
+    old.write_text("#!/bin/sh\necho '1.0.0 (Claude Code)'\n")
+    old.chmod(0o755)
+    done = doctor(str(tmp_path), "claude", tmp_path, BACKEND_CLI_PATH=str(old))
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = lines_by_backend(done.stdout)["claude"]
+    spec = SPECS["claude"]
+    assert line.startswith("!! ") and "version=1.0.0" in line, line
+    assert f"older than the oldest version threadline is tested with ({spec.oldest_tested})" in line
+    assert f"`npm install -g {spec.npm_package}@{spec.pinned_version}`" in line

@@ -17,14 +17,12 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support.tools import TOOLS_BIN
 from threadline.backends.registry import create_backends
 from threadline.server.app import Server, backend_infos
 from threadline.server.config import ServerConfig
 from threadline.server.handshake import answer_first_initialize, catalog_backend_infos
 from threadline.store import ThreadStore
-
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / ".tools" / "node_modules" / ".bin"
 
 
 def _script(path: Path, body: str) -> Path:
@@ -43,9 +41,9 @@ def cli_env(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tu
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cli_path: str | None = None
     if request.param == "pinned-clis":
-        if not TOOLS.is_dir():
+        if not TOOLS_BIN.is_dir():
             pytest.skip("run scripts/install-clis")
-        monkeypatch.setenv("PATH", f"{TOOLS}{os.pathsep}{bin_dir}")
+        monkeypatch.setenv("PATH", f"{TOOLS_BIN}{os.pathsep}{bin_dir}")
     elif request.param == "cli-path-script":
         # Not from an npm package: its version comes from a `--version` run.
         cli_path = str(_script(tmp_path / "my-claude", "echo '9.9.9 (Claude Code)'\n"))
@@ -170,3 +168,21 @@ def test_anything_else_is_left_to_the_engine(data: bytes, tmp_path: Path) -> Non
     assert written == b""
     assert handshake.params is None
     assert handshake.pending == data
+
+
+@pytest.mark.parametrize("version, outdated", [("1.0.0 (Claude Code)", True), ("99.0.0", False)])
+def test_a_cli_older_than_the_oldest_tested_is_flagged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, outdated: bool
+) -> None:
+    """`initialize` (both paths) says when a CLI predates what threadline is tested with."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cli = str(_script(tmp_path / f"claude-{outdated}", f"echo '{version}'\n"))
+    engine = trio.run(backend_infos, create_backends(), cli, 10.0, "claude")
+    assert catalog_backend_infos(cli, "claude") == engine
+    [info] = [i for i in engine if i.id == "claude"]
+    assert info.available and info.outdated is outdated
+    if outdated:
+        assert info.message is not None and "older than the oldest version" in info.message
+        assert "`npm install -g @anthropic-ai/claude-code@" in info.message
+    else:
+        assert info.message is None
