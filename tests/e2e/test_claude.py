@@ -37,6 +37,9 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.missing_cli import check_missing_cli
+from tests.support.tools import cli_versions
+from threadline.backends.catalog import SPECS
 
 pytestmark = pytest.mark.e2e
 
@@ -124,7 +127,7 @@ async def test_streamed_text_thinking_and_role(
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "claude"]
         assert info["available"] is True, info
-        assert info["version"] == "2.1.197" and info["path"] == str(env.claude), info
+        assert info["version"] == cli_versions()["claude"] and info["path"] == str(env.claude), info
         tid = await srv.start_thread(env.work, modelProvider="claude", developerInstructions=ROLE)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, "first question")
@@ -596,23 +599,10 @@ async def test_cli_killed_mid_turn_and_while_idle(
 # -- missing binary --------------------------------------------------------------------------------
 
 
-async def test_missing_binary(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+@pytest.mark.parametrize("mode", SPECS["claude"].modes)
+async def test_missing_binary(nursery: trio.Nursery, claude_env: ClaudeEnv, mode: str) -> None:
     env = claude_env
-    async with env.server(nursery, BACKEND_CLI_PATH="/nonexistent/claude") as srv:
-        init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "claude"]
-        assert info["available"] is False and "not found" in info["message"], info
-        tid = await srv.start_thread(env.work, modelProvider="claude")
-        for _ in range(2):  # the thread stays usable; the failure is the same every time
-            t, events = await turn(srv, tid, "hello?")
-            assert status(t) == "failed", t
-            message = t["error"]["message"]
-            assert "not found" in message and "/nonexistent/claude" in message, message
-            assert agent_text(events) == ""
-        read = await srv.call("thread/read", {"threadId": tid, "includeTurns": True})
-        turns = read["thread"]["turns"]
-        assert [x["status"] for x in turns] == ["failed", "failed"]
-        assert "not found" in turns[0]["error"]["message"]
+    await check_missing_cli(lambda: env.server(nursery), "claude", mode, env.work)
     assert env.fake.model_requests == []
 
 

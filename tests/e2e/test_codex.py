@@ -49,6 +49,8 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.missing_cli import check_missing_cli
+from threadline.backends.catalog import SPECS
 
 pytestmark = pytest.mark.e2e
 # The fixtures come from codex_env.py (referenced here so they count as used).
@@ -540,19 +542,10 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
         assert t["status"] == "completed" and agent_text(events) == "All good again."
 
 
-@pytest.mark.parametrize("mode", ["app-server", "exec"])
+@pytest.mark.parametrize("mode", SPECS["codex"].modes)
 async def test_missing_binary(nursery: trio.Nursery, codex_env: CodexEnv, mode: str) -> None:
     env = codex_env
-    async with env.server(nursery, BACKEND_CLI_PATH="/nonexistent/codex") as srv:
-        init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "codex"]
-        assert info["available"] is False and "/nonexistent/codex" in info["message"], info
-        tid = await srv.start_thread(env.work, modelProvider="codex", config={"mode": mode})
-        t, events = await turn(srv, tid, "hello")
-        assert t["status"] == "failed", t
-        message = t["error"]["message"]
-        assert "/nonexistent/codex" in message and "not found" in message, message
-        assert [i["type"] for i in items_started(events)] == ["userMessage"]
+    await check_missing_cli(lambda: env.server(nursery), "codex", mode, env.work)
     assert env.fake.model_requests == []
 
 

@@ -51,6 +51,9 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.missing_cli import check_missing_cli
+from tests.support.tools import cli_versions
+from threadline.backends.catalog import SPECS
 
 pytestmark = pytest.mark.e2e
 # The fixtures come from gemini_env.py (referenced here so they count as used).
@@ -167,7 +170,7 @@ async def test_acp_streamed_text_thoughts_and_role(
     async with env.server(nursery) as srv:
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "gemini"]
-        assert info["available"] is True and info["version"] == "0.61.0", info
+        assert info["available"] is True and info["version"] == cli_versions()["gemini"], info
         tid = await srv.start_thread(env.work, modelProvider="gemini", developerInstructions=ROLE)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, "first question")
@@ -581,22 +584,10 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
 # -- missing binary --------------------------------------------------------------------------------
 
 
-async def test_missing_binary(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+@pytest.mark.parametrize("mode", SPECS["gemini"].modes)
+async def test_missing_binary(nursery: trio.Nursery, gemini_env: GeminiEnv, mode: str) -> None:
     env = gemini_env
-    async with env.server(nursery, BACKEND_CLI_PATH="/nonexistent/gemini") as srv:
-        init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "gemini"]
-        assert info["available"] is False and "not found" in info["message"], info
-        for config in ({}, HEADLESS):
-            tid = await srv.start_thread(env.work, modelProvider="gemini", config=config)
-            for _ in range(2):  # the thread stays usable; the failure is the same every time
-                t, events = await turn(srv, tid, "hello?")
-                assert status(t) == "failed", t
-                message = t["error"]["message"]
-                assert "not found" in message and "/nonexistent/gemini" in message, message
-                assert agent_text(events) == ""
-            read = await srv.call("thread/read", {"threadId": tid, "includeTurns": True})
-            assert [x["status"] for x in read["thread"]["turns"]] == ["failed", "failed"]
+    await check_missing_cli(lambda: env.server(nursery), "gemini", mode, env.work)
     assert env.fake.requests == []
 
 

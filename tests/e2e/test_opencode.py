@@ -43,6 +43,9 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.missing_cli import check_missing_cli
+from tests.support.tools import cli_versions
+from threadline.backends.catalog import SPECS
 
 pytestmark = pytest.mark.e2e
 # The fixtures come from opencode_env.py (referenced here so they count as used).
@@ -153,7 +156,7 @@ async def test_acp_streams_text_and_reasoning_role_once(
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "opencode"]
         assert info["available"] is True and info["path"] == str(env.opencode), info
-        assert info["version"] == "1.18.33", info
+        assert info["version"] == cli_versions()["opencode"], info
         t0 = time.monotonic()
         tid = await srv.start_thread(env.work, modelProvider="opencode", developerInstructions=ROLE)
         t1, events = await turn(srv, tid, "first question")
@@ -527,19 +530,10 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
     ]
 
 
-@pytest.mark.parametrize("mode", ["acp", "run"])
+@pytest.mark.parametrize("mode", SPECS["opencode"].modes)
 async def test_missing_binary(nursery: trio.Nursery, opencode_env: OpenCodeEnv, mode: str) -> None:
     env = opencode_env
-    async with env.server(nursery, BACKEND_CLI_PATH="/nonexistent/opencode") as srv:
-        init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "opencode"]
-        assert info["available"] is False and "/nonexistent/opencode" in info["message"], info
-        tid = await srv.start_thread(env.work, modelProvider="opencode", config={"mode": mode})
-        t, events = await turn(srv, tid, "hello")
-        assert t["status"] == "failed", t
-        message = t["error"]["message"]
-        assert "/nonexistent/opencode" in message and "not found" in message, message
-        assert [i["type"] for i in items_started(events)] == ["userMessage"]
+    await check_missing_cli(lambda: env.server(nursery), "opencode", mode, env.work)
     assert env.fake.requests == []
 
 
