@@ -1,8 +1,8 @@
 """Fixtures for driving the real `claude` CLI through threadline, fully offline.
 
 The CLI talks to `tests.fakes.anthropic.FakeAnthropic` (ANTHROPIC_BASE_URL) with a fresh
-HOME / CLAUDE_CONFIG_DIR per test, no retries and no non-essential traffic (see
-shared/reference/claude-code.md §6). The CLI is looked up in `TOOLS_BIN`
+HOME / CLAUDE_CONFIG_DIR per test, no retries and no non-essential traffic (`ClaudeEnv.env`).
+The CLI is looked up in `TOOLS_BIN`
 (what `scripts/install-clis` installs), then on PATH. Missing CLI: the tests skip, except under
 CI (`CI` set), where they fail: CI must never go green by skipping the real-CLI tests.
 

@@ -3,7 +3,7 @@
 The CLI talks to `tests.fakes.gemini.FakeGemini` (GOOGLE_GEMINI_BASE_URL) with a fresh HOME per
 test whose settings select API-key auth, turn telemetry off, allow one API attempt (no retry
 backoff) and run shells without a PTY (so ACP tool updates carry the output); see
-`tests.fakes.gemini.gemini_home` and shared/reference/gemini-cli.md §3. `BACKEND_MODEL` names a
+`tests.fakes.gemini.gemini_home`. `BACKEND_MODEL` names a
 known model, so the CLI skips its router side call. The CLI is looked up in
 `TOOLS_BIN` (what `scripts/install-clis` installs), then on PATH. Missing CLI: the
 tests skip, except under CI (`CI` set), where they fail: CI must never go green by skipping the

@@ -1,29 +1,25 @@
-"""The ACP client (`threadline.backends.acp`) replayed against Gemini CLI 0.61.0 transcripts.
+"""The ACP client (`threadline.backends.acp`) replayed against recordings of the real Gemini CLI.
 
-`shared/reference/transcripts/gemini/*.acp.jsonl` record both directions of real `gemini --acp`
-runs (against a mock API). A `ReplayHost` stands in for the agent process: when the session
-sends a request, the host finds the next recorded client request of that method and plays the
-agent's side that followed it (``session/update`` notifications, ``session/request_permission``
-requests, the response), so `AcpSession.run_turn` and `AcpTurnMapper` see exactly what the real
-CLI sent, in order. Our answers to permission requests are checked against the recorded ones.
-
-The transcripts live outside the repository: the tests skip when they are absent, except under
-CI (`CI` set), where they fail.
+`tests/transcripts/gemini/*.jsonl` record both directions of real `gemini --acp` runs against the
+fake Gemini API (scripts/record-transcripts; the CLI version is in the manifest there). A
+`ReplayHost` stands in for the agent process: when the session sends a request, the host finds
+the next recorded client request of that method and plays the agent's side that followed it
+(``session/update`` notifications, ``session/request_permission`` requests, the response), so
+`AcpSession.run_turn` and `AcpTurnMapper` see exactly what the real CLI sent, in order. Our
+answers to permission requests are checked against the recorded ones.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
+from tests.transcripts import transcript
 from threadline.backends import base as b
 from threadline.backends.acp import AcpError, AcpTurnMapper
 from threadline.backends.gemini import GeminiAcpSession
@@ -34,25 +30,13 @@ from threadline.protocol import (
     ReasoningItem,
 )
 
-TRANSCRIPTS = Path(
-    os.environ.get(
-        "GEMINI_TRANSCRIPTS",
-        Path(__file__).resolve().parents[3] / "shared/reference/transcripts/gemini",
-    )
-)
-CWD = "<TMP>/proj-acp"  # the transcripts' sanitised project dir
+CWD = "<WORK>"  # the recordings' sanitised project dir
 
 
 def load(name: str) -> list[tuple[str, dict[str, Any]]]:
     """(direction, message) of a transcript: "c2a" client→agent, "a2c" agent→client."""
-    path = TRANSCRIPTS / f"{name}.acp.jsonl"
-    if not path.is_file():
-        message = f"Gemini ACP transcript {path} not found"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; CI must run the transcript tests", pytrace=False)
-        pytest.skip(message)
     out = []
-    for line in path.read_text().splitlines():
+    for line in transcript("gemini", f"{name}.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record["dir"] in ("c2a", "a2c") and isinstance(record["msg"], dict):
             out.append((record["dir"], record["msg"]))
@@ -287,62 +271,58 @@ def assert_balanced(events: list[b.BackendEvent]) -> None:
     assert len(s) == len(set(s)) and sorted(s) == sorted(c), (s, c)
 
 
-TOOL_ECHO = (
-    '{"output": "<untrusted_context>\\nOutput: hello-from-tool\\n'
-    'Process Group PGID: 27249\\n</untrusted_context>"}'
-)
-
-
 # -- tests -----------------------------------------------------------------------------------------
 
 
 async def test_thought_text_and_a_tool_that_needs_no_permission(nursery: trio.Nursery) -> None:
     host = ReplayHost("f6_acp_thought_and_safe_shell", nursery)
     session = await open_session(host)
-    outcome, ctx = await run(session, "[[mock:think]]")
+    outcome, ctx = await run(session, "think first")
     assert outcome == b.TurnOutcome("completed")
-    thought = "****\nConsidering the request carefully."
+    thought = "**Considering**\nThe request, carefully."
     assert flow(ctx.events) == [
         ("started", "reasoning"),
         ("ReasoningSummaryPartAdded",),
         ("thought", thought),
         ("completed", "reasoning", None),
         ("started", "agentMessage"),
-        ("text", "Here is my answer after thinking."),
-        ("completed", "agentMessage", "Here is my answer after thinking."),
+        ("text", "Here it is."),
+        ("completed", "agentMessage", "Here it is."),
         ("TokenUsageUpdated",),
     ]
     [reasoning] = completed(ctx.events, ReasoningItem)
     assert reasoning.summary == [thought]
     [usage] = [e.usage for e in ctx.events if isinstance(e, b.TokenUsageUpdated)]
-    assert (usage.last.input_tokens, usage.last.output_tokens) == (170, 5)
+    assert (usage.last.input_tokens, usage.last.output_tokens) == (100, 5)
 
-    outcome, ctx = await run(session, "[[mock:shell]]")
+    outcome, ctx = await run(session, "echo something")
     assert outcome == b.TurnOutcome("completed")
     assert flow(ctx.events) == [
         ("started", "agentMessage"),
-        ("text", "I will run a command."),
+        ("text", "I will run a com"),
+        ("text", "mand."),
         ("completed", "agentMessage", "I will run a command."),
         ("started", "commandExecution"),
-        # (the tool_call's "[current working directory …] (description)" is not output)
+        # (the tool_call's "[current working directory …]" is not output)
         ("output", "hello-from-tool"),
         ("completed", "commandExecution", "completed"),
         ("started", "agentMessage"),
-        ("text", "Tool "),
-        ("text", "run_shell_command returned: "),
-        ("text", TOOL_ECHO),
-        ("completed", "agentMessage", "Tool run_shell_command returned: " + TOOL_ECHO),
+        ("text", "It printed."),
+        ("completed", "agentMessage", "It printed."),
         ("TokenUsageUpdated",),
     ]
     [cmd] = completed(ctx.events, CommandExecutionItem)
-    assert cmd.id == "run_shell_command__run_shell_command_1795339442723_0"
+    # Gemini's own call id, `<tool>__<tool>_<epoch ms>_<n>` (the recorder's stand-in for the ms)
+    assert cmd.id == "run_shell_command__run_shell_command_1700000000002_0"
     assert (cmd.command, cmd.cwd, cmd.aggregated_output) == (
         "echo hello-from-tool",
         CWD,
         "hello-from-tool",
     )
+    # two model calls of 100/5 tokens in this turn, on top of the first turn's
     [usage] = [e.usage for e in ctx.events if isinstance(e, b.TokenUsageUpdated)]
-    assert usage.total.input_tokens == 170 + 541 and usage.total.output_tokens == 5 + 10
+    assert (usage.last.input_tokens, usage.last.output_tokens) == (200, 10)
+    assert usage.total.input_tokens == 100 + 200 and usage.total.output_tokens == 5 + 10
     assert ctx.session_ids == [session.session_id]
 
 
@@ -358,9 +338,10 @@ async def test_shell_permission_accepted(nursery: trio.Nursery) -> None:
     assert request.command == "touch acp-made.txt && echo touched"
     # The text before the tool is complete before the tool item starts (Gemini sends no
     # tool_call before asking: the item comes from the permission request).
-    assert flow(ctx.events)[:5] == [
+    assert flow(ctx.events)[:6] == [
         ("started", "agentMessage"),
-        ("text", "I will run a command."),
+        ("text", "I will run a com"),
+        ("text", "mand."),
         ("completed", "agentMessage", "I will run a command."),
         ("started", "commandExecution"),
         ("output", "touched"),
@@ -382,8 +363,11 @@ async def test_shell_permission_declined(nursery: trio.Nursery) -> None:
     # Gemini sends no update for a rejected tool: the item is closed declined by us.
     [cmd] = completed(ctx.events, CommandExecutionItem)
     assert cmd.status == "declined"
-    [message] = completed(ctx.events, AgentMessageItem)[-1:]
-    assert "was canceled by the user" in message.text
+    # the model's next answer is a message of its own
+    assert [m.text for m in completed(ctx.events, AgentMessageItem)] == [
+        "I will run a command.",
+        "Done.",
+    ]
     assert_balanced(ctx.events)
 
 
@@ -496,17 +480,34 @@ async def test_tool_denied_by_policy(nursery: trio.Nursery) -> None:
 
 
 async def test_session_load_replay_is_not_part_of_the_first_turn(nursery: trio.Nursery) -> None:
-    # Gemini streams the history *after* answering session/load (transcript: the replayed
-    # messages arrive even after the next prompt was sent). Here they trickle in 20 ms apart.
-    host = ReplayHost("f8_acp_load_session_next_minute", nursery, load_tail=5)
-    sid = "40e4ea27-e615-450f-96a1-2707b59d7ba6"
+    # Gemini streams most of the history *after* answering session/load (reference §7.1: the
+    # replayed messages can arrive even after the next prompt was sent). Here what it sent after
+    # its answer trickles in 20 ms apart.
+    tail = replay_after_load("f8_acp_load_session_next_minute")
+    assert tail >= 4  # the two turns' user and agent messages at least
+    host = ReplayHost("f8_acp_load_session_next_minute", nursery, load_tail=tail)
+    sid = "00000000-0000-4000-8000-000000000001"  # (the recorder's stand-in)
     session = await open_session(host, resume=sid)
     assert session.session_id == sid
     outcome, ctx = await run(session, "after load")
     assert outcome == b.TurnOutcome("completed")
     [message] = completed(ctx.events, AgentMessageItem)
-    assert message.text.startswith("I see 5 contents"), message.text
+    assert message.text == "Answered after the load."
     assert [e for e in flow(ctx.events) if e[0] == "started"] == [("started", "agentMessage")]
+
+
+def replay_after_load(name: str) -> int:
+    """How many agent messages a recording has between the session/load answer and the next
+    thing the client sent."""
+    messages = load(name)
+    load_id = next(m["id"] for d, m in messages if d == "c2a" and m.get("method") == "session/load")
+    answer = next(i for i, (d, m) in enumerate(messages) if d == "a2c" and m.get("id") == load_id)
+    count = 0
+    for direction, _message in messages[answer + 1 :]:
+        if direction == "c2a":
+            break
+        count += 1
+    return count
 
 
 def test_mapper_closes_text_before_a_tool_and_keeps_messages_apart() -> None:

@@ -1,15 +1,14 @@
-"""The Claude stream-json mapping, replayed from real CLI output recorded in
-shared/reference/transcripts/claude (claude 2.1.197)."""
+"""The Claude stream-json mapping, replayed from the real CLI's stdout recorded in
+tests/transcripts/claude (scripts/record-transcripts; the CLI version is in its manifest)."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.transcripts import transcript
 from threadline.backends import base as b
 from threadline.backends.claude_mapping import ClaudeTurnMapper, structured_patch_diff
 from threadline.protocol import (
@@ -21,15 +20,6 @@ from threadline.protocol import (
     ReasoningItem,
 )
 
-TRANSCRIPTS = (
-    Path(__file__).resolve().parents[3] / "shared" / "reference" / "transcripts" / "claude"
-)
-
-# CI runs with shared/ beside the checkout: there a missing transcript dir is a failure.
-pytestmark = pytest.mark.skipif(
-    not TRANSCRIPTS.is_dir() and not os.environ.get("CI"), reason="reference transcripts absent"
-)
-
 
 def replay(
     scenario: str,
@@ -39,7 +29,7 @@ def replay(
     """Feed the `turn`-th turn of a recorded stdout through a fresh mapper."""
     lines = [
         json.loads(x)
-        for x in (TRANSCRIPTS / scenario / "stdout.jsonl").read_text().splitlines()
+        for x in transcript("claude", f"{scenario}.jsonl").read_text().splitlines()
         if x.strip()
     ]
     turns: list[list[dict[str, Any]]] = [[]]
@@ -153,7 +143,9 @@ def test_turn_status_comes_from_the_result_line(
     if status == "failed":
         assert results[0].error is not None
         assert results[0].error.codex_error_info == info
-        assert needle in results[0].error.message
+        # the CLI's own words reach the user (in the message or its details)
+        shown = results[0].error.message + (results[0].error.additional_details or "")
+        assert needle in shown
         # the synthetic "API Error" assistant text is the turn's error, not an agent message
         assert not any(
             isinstance(i, AgentMessageItem) and "API Error" in i.text for i in completed(events)

@@ -1,17 +1,16 @@
-"""The `codex exec --json` mapping, replayed from real CLI output recorded in
-shared/reference/transcripts/codex (codex 0.169.0, `exec_*.jsonl`): every stdout event goes
-through `CodexExecSession.handle_event`, exactly as the backend's process loop feeds it."""
+"""The `codex exec --json` mapping, replayed from the real CLI's stdout recorded in
+tests/transcripts/codex (`exec_*.jsonl`, scripts/record-transcripts): every event goes through
+`CodexExecSession.handle_event`, exactly as the backend's process loop feeds it."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.transcripts import transcript
 from threadline.backends import base as b
 from threadline.backends.codex import CodexExecSession, _error_info, _exec_item
 from threadline.protocol import (
@@ -27,13 +26,6 @@ from threadline.protocol import (
     TurnPlanStep,
     UnknownAction,
     WebSearchItem,
-)
-
-TRANSCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "transcripts" / "codex"
-
-# CI runs with shared/ beside the checkout: there a missing transcript dir is a failure.
-pytestmark = pytest.mark.skipif(
-    not TRANSCRIPTS.is_dir() and not os.environ.get("CI"), reason="reference transcripts absent"
 )
 
 CWD = "/work/project"
@@ -72,9 +64,8 @@ class RecordingContext:
 
 
 def stdout_events(scenario: str) -> list[dict[str, Any]]:
-    lines = (TRANSCRIPTS / f"{scenario}.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return [r["data"] for r in records if r["dir"] == "codex.stdout"]
+    lines = transcript("codex", f"{scenario}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def session(**settings: Any) -> CodexExecSession:
@@ -113,13 +104,13 @@ async def test_plain_answer() -> None:
     ctx, outcome, exec_session = await replay("exec_a_plain")
     assert outcome == b.TurnOutcome("completed")
     # thread.started: the id `exec resume` needs, recorded for the thread
-    assert ctx.session_ids == ["01a20279-4464-7702-8c46-230b2a2a45d6"]
+    assert ctx.session_ids == ["00000000-0000-4000-8000-000000000001"]  # (the recorder's stand-in)
     assert exec_session.settings.backend_session_id == ctx.session_ids[0]
     # the message only ever arrives completed (the engine turns it into one delta)
     assert items(ctx, b.ItemStarted) == []
     [message] = items(ctx, b.ItemCompleted)
     assert isinstance(message, AgentMessageItem)
-    assert message.text == "MOCK: hello! You said: 'Say hello' (user prompts in history: 1)"
+    assert message.text == "Hello! You said hello."
     [usage] = usages(ctx)
     assert usage.total == usage.last
     assert (usage.total.input_tokens, usage.total.output_tokens) == (100, 20)
@@ -162,7 +153,7 @@ async def test_apply_patch_is_a_file_change() -> None:
     assert started.id == change.id
     assert (started.status, change.status) == ("inProgress", "completed")
     [update] = change.changes
-    assert update.path == "<TMP>/01-exec_reason_patch/workspace/added.txt"
+    assert update.path == "<WORK>/added.txt"
     assert update.kind == PatchKindAdd() and update.diff == ""  # exec shows no diff
 
 
@@ -171,7 +162,7 @@ async def test_reasoning_then_answer() -> None:
     reasoning, message = items(ctx, b.ItemCompleted)
     assert isinstance(reasoning, ReasoningItem)
     assert reasoning.summary == ["Thinking about the request step by step."]
-    assert isinstance(message, AgentMessageItem) and message.text == "MOCK: answer after reasoning"
+    assert isinstance(message, AgentMessageItem) and message.text == "Done."
 
 
 async def test_interrupted_run_has_no_outcome() -> None:
@@ -191,7 +182,7 @@ async def test_interrupted_run_has_no_outcome() -> None:
     [
         (
             "exec_e_http_401",
-            "unexpected status 401 Unauthorized: mock forced HTTP 401",
+            "unexpected status 401 Unauthorized: fake forced HTTP 401",
             {"httpConnectionFailed": {"httpStatusCode": 401}},
         ),
         (
@@ -200,8 +191,12 @@ async def test_interrupted_run_has_no_outcome() -> None:
             {"responseTooManyFailedAttempts": {"httpStatusCode": 429}},
         ),
         ("exec_e_http_500", "experiencing high demand", "internalServerError"),
-        ("exec_e_missing_env_key", "Missing environment variable: `MOCK_API_KEY`.", "unauthorized"),
-        ("exec_e_response_failed_event", "stream disconnected before completion", "other"),
+        (
+            "exec_e_missing_env_key",
+            "Missing environment variable: `FAKE_OPENAI_KEY`.",
+            "unauthorized",
+        ),
+        ("exec_e_response_failed_event", "stream disconnected before completion: fake", "other"),
         (
             "exec_e_unreachable_bounded_retries",
             "Connection failed: error sending request",
@@ -221,17 +216,18 @@ async def test_failures(scenario: str, message: str, info: Any) -> None:
 
 
 async def test_retries_are_reported_as_retryable_errors() -> None:
-    ctx, outcome, _ = await replay("exec_e_http_500_default_retries")
+    ctx, outcome, _ = await replay("exec_e_http_500_stream_retries")
     retries = [e.error for e in ctx.events if isinstance(e, b.RetryableError)]
     assert [r.message[:17] for r in retries] == [f"Reconnecting... {n}" for n in range(1, 6)]
     assert {r.codex_error_info for r in retries} == {"internalServerError"}
     assert outcome is not None and outcome.status == "failed"
     assert outcome.error is not None and "high demand" in outcome.error.message
-    # an unreachable provider with unbounded retries: notices, and never an outcome
+    # an unreachable provider with unbounded retries: notices, and never an outcome (the
+    # recording stops after two)
     ctx, outcome, _ = await replay("exec_e_unreachable")
     assert outcome is None
     retries = [e.error for e in ctx.events if isinstance(e, b.RetryableError)]
-    assert len(retries) == 3 and all("waiting for network" in r.message for r in retries)
+    assert len(retries) == 2 and all("waiting for network" in r.message for r in retries)
 
 
 async def test_resume_usage_is_cumulative_and_last_is_the_difference() -> None:
