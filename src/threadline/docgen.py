@@ -136,7 +136,33 @@ def render_backends() -> str:
                 f"| {_cell(caps.role_injection) or '—'} |"
             )
         out.append("")
+    out += _versions_tested()
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _versions_tested() -> list[str]:
+    """The CLI versions the tests run against, from the catalog's pins."""
+    from .backends.catalog import SPECS
+
+    out = [
+        "## Versions tested",
+        "",
+        "Each CLI comes from npm. The tests run against the pinned version",
+        "(`scripts/install-clis` installs it into `.tools/`) and have passed on the oldest",
+        "tested one too; `threadline doctor` and `initialize` flag an installed CLI older than",
+        "that. `scripts/test-latest` runs the same real-CLI tests against the newest release of",
+        "each CLI (installed into `.tools-latest/`).",
+        "",
+        "| backend | npm package | pinned | oldest tested |",
+        "|---|---|---|---|",
+    ]
+    for spec in SPECS.values():
+        if spec.npm_package:
+            out.append(
+                f"| `{spec.id}` | `{spec.npm_package}` | {spec.pinned_version} "
+                f"| {spec.oldest_tested} |"
+            )
+    return out
 
 
 # -- capturing a scripted session ------------------------------------------------------------------

@@ -153,7 +153,7 @@ CLAUDE = BackendSpec(
     },
     cli="claude",
     npm_package="@anthropic-ai/claude-code",
-    pinned_version="2.1.197",
+    pinned_version="2.1.332",
     oldest_tested="2.1.197",
     login_fix='set ANTHROPIC_API_KEY, or run `claude login`',
     credential_files=("$CLAUDE_CONFIG_DIR/.credentials.json", "~/.claude/.credentials.json"),
