@@ -29,10 +29,19 @@ TOKENS = {"input_tokens": 1000, "output_tokens": 20}
 #: Values that change on every run (durations, the CLI's pid), fixed.
 FIXED = {
     **dict.fromkeys(
-        ("duration_ms", "duration_api_ms", "ttft_ms", "ttft_stream_ms", "time_to_request_ms"), 0
+        (
+            "duration_ms",
+            "duration_api_ms",
+            "ttft_ms",
+            "ttft_stream_ms",
+            "time_to_request_ms",
+            "first_content_frame_ms",
+        ),
+        0,
     ),
     "retry_delay_ms": 0,
     "pid": 0,
+    "messaging_socket_path": "/tmp/cc-socks/<PID>.sock",
 }
 #: What the CLI lists in its answer to `initialize` (its commands, agents, models: ~9 KB that
 #: no test reads) is left out of the recordings.
@@ -186,7 +195,11 @@ SLOW = [
     Rule("are you still there", [step(Text("Yes, still here."))]),
     Rule(
         "sleep please",
-        [step(ToolUse("Bash", {"command": "sleep 30", "description": "sleep"})), step(Text("ok"))],
+        # Not a bare `sleep`: claude 2.1.332 refuses a command that starts with one.
+        [
+            step(ToolUse("Bash", {"command": "true && sleep 30", "description": "sleep"})),
+            step(Text("ok")),
+        ],
     ),
 ]
 QUESTION = {
