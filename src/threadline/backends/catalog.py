@@ -155,7 +155,7 @@ CLAUDE = BackendSpec(
     npm_package="@anthropic-ai/claude-code",
     pinned_version="2.1.332",
     oldest_tested="2.1.197",
-    login_fix='set ANTHROPIC_API_KEY, or run `claude login`',
+    login_fix="set ANTHROPIC_API_KEY, or run `claude login`",
     credential_files=("$CLAUDE_CONFIG_DIR/.credentials.json", "~/.claude/.credentials.json"),
     credentials=(
         ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY set"),
@@ -201,7 +201,7 @@ CODEX = BackendSpec(
     npm_package="@openai/codex",
     pinned_version="0.169.0",
     oldest_tested="0.169.0",
-    login_fix='set OPENAI_API_KEY, or run `codex login`',
+    login_fix="set OPENAI_API_KEY, or run `codex login`",
     credential_files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
     credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")),
     no_credentials="no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
@@ -232,7 +232,7 @@ GEMINI = BackendSpec(
     npm_package="@google/gemini-cli",
     pinned_version="0.61.0",
     oldest_tested="0.61.0",
-    login_fix='set GEMINI_API_KEY (or run `gemini` once to sign in with Google)',
+    login_fix="set GEMINI_API_KEY (or run `gemini` once to sign in with Google)",
     credential_files=("~/.gemini/oauth_creds.json",),
     credentials=(
         ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
