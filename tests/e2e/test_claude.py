@@ -522,7 +522,8 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
             assert status(t) == "failed", t
             error = t["error"]
             assert error["codexErrorInfo"] == info, error
-            assert needle in error["message"], error
+            # the CLI's words: in the message, or its details when it says what to do instead
+            assert needle in error["message"] + (error.get("additionalDetails") or ""), error
             assert "{" not in error["message"] and "Traceback" not in error["message"]
             # the failure is also announced as a final `error` notification
             [note] = notifications(events, "error")

@@ -560,7 +560,8 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
             error = t["error"]
             assert error["codexErrorInfo"] == info, error
             message = error["message"]
-            assert needle in message, error
+            # the API's words: in the message, or its details when it says what to do instead
+            assert needle in message + (error.get("additionalDetails") or ""), error
             assert "{" not in message and "Traceback" not in message, error
             # the failure is also announced as a final `error` notification
             [note] = notifications(events, "error")

@@ -517,7 +517,8 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
             t, events = await turn(srv, tid, f"{prompt} please")
             env.timings[f"{mode}: {prompt}"] = time.monotonic() - t0
             assert t["status"] == "failed", t
-            assert expected in t["error"]["message"], t["error"]
+            # the provider's words: in the message, or its details when it says what to do
+            assert expected in t["error"]["message"] + (t["error"].get("additionalDetails") or "")
             assert t["error"]["codexErrorInfo"] == info, t["error"]
             [error] = [e for e in notifications(events, "error") if not e["params"]["willRetry"]]
             assert error["params"]["error"] == t["error"]

@@ -5,7 +5,8 @@ ACP), their per-turn modes (claude print, codex exec, gemini headless, opencode 
 offline mock. Each real CLI talks to its fake model server (tests/fakes); harness.py gives one
 interface over the e2e fixtures; fault_cli.py corrupts a real CLI's stdout for the faults a
 CLI cannot be made to produce. Categories: A CLI faults (test_cli_faults), B model API faults
-(test_api_faults), C no orphans (test_orphans), D approvals fail closed (test_approvals),
+(test_api_faults; an API that cannot be used at all, with the CLIs' default retries:
+test_api_reach), C no orphans (test_orphans), D approvals fail closed (test_approvals),
 E prompts verbatim (test_prompts). What a user must see: the turn ends `failed` with a
 readable message (or, where the CLI only makes noise, completes), every `item/started` has
 its `item/completed`, the thread takes a healthy next turn, a second thread alongside is
@@ -34,6 +35,11 @@ B HTTP 429, no Retry-After              ok     ok    ok    ok    ok     ok    ok
 B HTTP 429, Retry-After: 1              ok     ok    ok    ok    ok     ok    ok   ok     doc
 B HTTP 500                              ok     ok    ok    ok    ok     ok    ok   ok     doc
 B stream cut midway                     doc    doc   ok    ok    doc    ok    ok   ok     doc
+B API unreachable (closed port)         ok     ok    ok    ok    ok     ok    ok   ok     n/a
+B API unreachable (DNS)                 ok     ok    ok    ok    ok     ok    ok   ok     n/a
+B no credentials                        ok     ok    ok    ok    ok     ok    ok   ok     n/a
+B not logged in (codex's OpenAI)        n/a    n/a   ok    n/a   n/a    n/a   n/a  n/a    n/a
+B HTTP 401, the CLI's default retries   ok     ok    ok    ok    ok     ok    ok   ok     n/a
 C client EOF                            ok     ok    ok    ok    ok     ok    ok   ok     ok
 C SIGTERM                               ok     ok    ok    ok    ok     ok    ok   ok     ok
 C SIGINT                                ok     ok    ok    ok    ok     ok    ok   ok     ok
@@ -64,9 +70,18 @@ Documented behaviour:
   from 2 s unless told when (Retry-After, retry-after-ms); there is no switch to turn that
   off, so its 429-without-Retry-After and cut-stream cells take ~70 s (slow). claude, codex and
   gemini retry not at all under the fixtures' settings (CLAUDE_CODE_MAX_RETRIES=0,
-  request/stream_max_retries=0, maxAttempts=1). Codex reports a 401 as
-  `httpConnectionFailed {httpStatusCode: 401}` and hides 5xx bodies behind its "high demand"
-  text, in both modes, as `codex app-server` itself does.
+  request/stream_max_retries=0, maxAttempts=1). Codex hides 5xx bodies behind its "high
+  demand" text, in both modes, as `codex app-server` itself does. A 401 says what to do on
+  every backend (`unauthorized`, the catalog's `login_fix`; the CLI's words in
+  `additionalDetails`).
+* B, API unusable (test_api_reach, default retries): the turn fails in 4-10 s, naming the
+  URL (measured: claude 4-5 s, codex 10 s, gemini 5-9 s, opencode 8-10 s; each CLI alone
+  retries 25 s to minutes). claude, codex and opencode report each failed attempt
+  (`api_retry`, "Reconnecting...", opencode's ERROR log line on stderr): threadline stops them
+  once the failures have gone on for 8 s (counting the next attempt). gemini headless prints
+  "Attempt N failed" on stderr (5 s); gemini --acp says nothing while it retries, so
+  threadline connects to the API's host itself while the turn waits on the model in silence
+  (not behind a proxy). Without credentials no request reaches the model.
 * B, mock: it has no model API; `/fail` stands in (the same user-visible assertions).
 * D, per-turn modes: they cannot ask; the approval policy decides (n/a).
 * D, opencode: a declined command ends its turn without asking the model again (completed,

@@ -475,6 +475,21 @@ class Harness:
     #: the CLI's start-up.
     timeout_ms = 5000
 
+    # -- an unusable model API (extra server environment)
+
+    def unreachable_env(self, url: str) -> dict[str, str]:
+        """The CLI calls its model API at `url`, retrying as it does by default."""
+        raise NotImplementedError
+
+    def no_credentials_env(self) -> dict[str, str]:
+        """The CLI has no credentials (and nothing to fall back to)."""
+        raise NotImplementedError
+
+    def scratch(self, name: str) -> Path:
+        """A fresh directory for a CLI's home or config."""
+        self._faults += 1
+        return self.tmp / "scratch" / f"{self._faults}-{name}"
+
 
 # -- Claude ----------------------------------------------------------------------------------------
 
@@ -525,6 +540,13 @@ class ClaudeHarness(Harness):
     @property
     def real_cli(self) -> str:
         return str(self.env.claude)
+
+    def unreachable_env(self, url: str) -> dict[str, str]:
+        # (the fixture's CLAUDE_CODE_MAX_RETRIES=0 back to the CLI's default)
+        return {"ANTHROPIC_BASE_URL": url, "CLAUDE_CODE_MAX_RETRIES": "10"}
+
+    def no_credentials_env(self) -> dict[str, str]:
+        return {"ANTHROPIC_API_KEY": ""}  # (empty is unset for the CLI)
 
     def leftovers(self) -> list[int]:
         return self.env.leftovers()
@@ -601,6 +623,28 @@ class CodexHarness(Harness):
 
         return native_binary(str(self.env.codex))[1]
 
+    def unreachable_env(self, url: str) -> dict[str, str]:
+        where = self.scratch("codex")
+        home = fr.codex_home(where.parent, url, name=where.name)
+        config = home / "config.toml"
+        # the CLI's default request and stream retries (the fixture's are 0)
+        lines = config.read_text().splitlines(keepends=True)
+        config.write_text("".join(x for x in lines if "_max_retries" not in x))
+        return {"CODEX_HOME": str(home)}
+
+    def no_credentials_env(self) -> dict[str, str]:
+        return {fr.ENV_KEY: ""}  # the provider's env_key: empty is unset for the CLI
+
+    def logged_out_env(self) -> dict[str, str]:
+        """Codex's own OpenAI provider (sent to the fake) and no `codex login`."""
+        where = self.scratch("codex-openai")
+        where.mkdir(parents=True)
+        base = json.dumps(self.env.fake.base_url)
+        where.joinpath("config.toml").write_text(
+            f"openai_base_url = {base}\n[analytics]\nenabled = false\n[features]\nplugins = false\n"
+        )
+        return {"CODEX_HOME": str(where)}
+
 
 # -- Gemini ----------------------------------------------------------------------------------------
 
@@ -649,6 +693,26 @@ class GeminiHarness(Harness):
     @property
     def real_cli(self) -> str:
         return str(self.env.gemini)
+
+    def _cli_home(self, url: str) -> tuple[Path, dict[str, str]]:
+        """A fresh HOME for the CLI with its default retries (the fixture allows 1 attempt)."""
+        where = self.scratch("gemini")
+        home = fg.gemini_home(where.parent, url, name=where.name)
+        path = home / ".gemini" / "settings.json"
+        settings = json.loads(path.read_text())
+        del settings["general"]["maxAttempts"]
+        path.write_text(json.dumps(settings))
+        env = fg.gemini_env(home, url)
+        env.pop("PATH")
+        return home, env
+
+    def unreachable_env(self, url: str) -> dict[str, str]:
+        return self._cli_home(url)[1]
+
+    def no_credentials_env(self) -> dict[str, str]:
+        home, env = self._cli_home(self.env.fake.url)
+        (home / ".gemini" / ".env").unlink()  # (the CLI's fallback for a missing key)
+        return {**env, "GEMINI_API_KEY": ""}
 
 
 # -- OpenCode --------------------------------------------------------------------------------------
@@ -701,6 +765,19 @@ class OpenCodeHarness(Harness):
     @property
     def real_cli(self) -> str:
         return str(self.env.opencode)
+
+    def unreachable_env(self, url: str) -> dict[str, str]:
+        return {"OPENCODE_CONFIG_CONTENT": json.dumps(fc.opencode_config(url))}
+
+    def no_credentials_env(self) -> dict[str, str]:
+        # A provider OpenCode ships, without its key: OpenCode then knows no model at all.
+        config = {
+            "model": "anthropic/claude-sonnet-4-5",
+            "enabled_providers": ["anthropic"],
+            "autoupdate": False,
+            "share": "disabled",
+        }
+        return {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "ANTHROPIC_API_KEY": ""}
 
 
 # -- mock ------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ OpenCode has no such switch: it retries 429/5xx five times with a backoff from 2
 answer says when to retry (Retry-After, or `retry-after-ms`, which the matrix sends on its 500
 so the retries are immediate), and it retries a cut stream the same way (~70 s): those cells
 are `slow`. All faults run on one thread, each followed by a healthy turn, while a bystander
-thread runs a turn alongside each fault.
+thread runs a turn alongside each fault. A 401 says what to do on every backend: the
+backend's `login_fix` (`unauthorized`; Codex's own words and its `httpConnectionFailed` value
+move to `additionalDetails`). An API that cannot be used at all: test_api_reach.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.matrix.harness import (
     matrix_params,
     run_turn,
 )
+from threadline.backends.catalog import SPECS
 
 HEALTHY = "Healthy again after the API failure."
 PARTIAL = "This answer is cut off in the middle"
@@ -51,12 +54,8 @@ FAULTS = [
     Fault("HTTP 500", "broken500", None),
     Fault("stream cut midway", "cutstream", None),
 ]
-#: codexErrorInfo where a backend reports what its CLI reports instead (Codex's own value
-#: for a 401, which threadline passes through in both modes).
-INFO = {
-    ("codex", "HTTP 401"): {"httpConnectionFailed": {"httpStatusCode": 401}},
-    ("codex-exec", "HTTP 401"): {"httpConnectionFailed": {"httpStatusCode": 401}},
-}
+#: codexErrorInfo where a backend reports what its CLI reports instead (none today).
+INFO: dict[tuple[str, str], str | dict[str, object]] = {}
 #: Where a cut stream does not fail the turn, and why (documented CLI behaviour).
 CUT_COMPLETES = {
     "claude": "completed: the CLI retries without streaming; the cut partial message is "
@@ -146,6 +145,11 @@ async def test_api_faults(nursery: trio.Nursery, backend: Harness, part: str) ->
                 info = INFO.get((h.name, fault.name), fault.info)
                 if info is not None and h.has_cli:
                     assert error["codexErrorInfo"] == info, error
+                if fault.name == F401 and h.has_cli:
+                    # says what to do, once, and names the URL the credentials were sent to
+                    fix = SPECS[h.backend].login_fix
+                    assert fix is not None and message.count(fix) == 1, message
+                    assert "HTTP 401 from http://127.0.0.1:" in message, message
                 # the error is not shown as if the model had said it
                 assert result.text in ("", PARTIAL[: len(result.text)]), result.text
                 cells.outcome = f"failed: {message[:70]}"

@@ -183,7 +183,7 @@ async def test_interrupted_run_has_no_outcome() -> None:
         (
             "exec_e_http_401",
             "unexpected status 401 Unauthorized: fake forced HTTP 401",
-            {"httpConnectionFailed": {"httpStatusCode": 401}},
+            "unauthorized",
         ),
         (
             "exec_e_http_429",
@@ -200,7 +200,7 @@ async def test_interrupted_run_has_no_outcome() -> None:
         (
             "exec_e_unreachable_bounded_retries",
             "Connection failed: error sending request",
-            "other",
+            {"httpConnectionFailed": {"httpStatusCode": None}},
         ),
     ],
 )
@@ -208,11 +208,28 @@ async def test_failures(scenario: str, message: str, info: Any) -> None:
     ctx, outcome, exec_session = await replay(scenario)
     assert outcome is not None and outcome.status == "failed"
     assert outcome.error is not None
-    assert message in outcome.error.message
+    # Codex's own words reach the user (in the message, or its details when threadline says
+    # what to do instead)
+    shown = [outcome.error.message, outcome.error.additional_details]
+    assert any(message in (text or "") for text in shown), outcome.error
     assert outcome.error.codex_error_info == info
     # the `error` event that precedes turn.failed is the same failure, not a retry notice
     assert not [e for e in ctx.events if isinstance(e, b.RetryableError)]
-    assert exec_session.last_error == outcome.error.message
+    assert exec_session.last_error in shown
+
+
+@pytest.mark.parametrize(
+    ("scenario", "says"),
+    [
+        ("exec_e_http_401", "Codex refused the credentials (HTTP 401 from http://127.0.0.1:"),
+        ("exec_e_missing_env_key", "Codex has no credentials for its model API: "),
+    ],
+)
+async def test_credential_failures_say_what_to_do(scenario: str, says: str) -> None:
+    _, outcome, _ = await replay(scenario)
+    assert outcome is not None and outcome.error is not None
+    assert outcome.error.message.startswith(says), outcome.error
+    assert outcome.error.message.endswith(": set OPENAI_API_KEY, or run `codex login`")
 
 
 async def test_retries_are_reported_as_retryable_errors() -> None:

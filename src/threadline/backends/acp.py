@@ -49,6 +49,8 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
+from .api_errors import no_credentials
+from .catalog import SPECS
 from .process import (
     GroupProcess,
     LineTooLong,
@@ -70,6 +72,8 @@ REPLAY_MAX = 10.0
 #: How long an interrupted prompt may stay unanswered when the turn context does not say
 #: (the server's interrupt grace, `ServerConfig.interrupt_grace`).
 DEFAULT_INTERRUPT_GRACE = 5.0
+#: ACP's error code for "authentication required" (an agent with no credentials).
+AUTH_REQUIRED = -32000
 _POLL_FIRST = 0.001  # first poll period after an interrupt (doubles up to _POLL_MAX)
 _POLL_MAX = 0.02
 
@@ -100,16 +104,26 @@ def error_info_for_code(code: int, message: str) -> str:
 
 
 RequestHandler = Callable[[str, dict[str, Any]], Any]
+#: Called with the host and each line its agent writes to stderr (must not block).
+StderrHandler = Callable[["AcpHost", str], None]
 
 
 class AcpHost:
     """One ACP agent process and its JSON-RPC connection."""
 
-    def __init__(self, argv: Sequence[str], cwd: str, env: dict[str, str], name: str) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: dict[str, str],
+        name: str,
+        on_stderr_line: StderrHandler | None = None,
+    ) -> None:
         self.argv = list(argv)
         self.cwd = cwd
         self.env = env
         self.name = name
+        self.on_stderr_line = on_stderr_line
         self.proc: GroupProcess | None = None
         self.init_result: dict[str, Any] = {}
         self.refs = 0
@@ -137,6 +151,7 @@ class AcpHost:
         """Host task: spawn, initialize, serve until stopped. Never raises after `started`."""
         started = False
         early_exit: b.BackendError | None = None
+        handler = self.on_stderr_line
         try:
             async with open_group_process(
                 self.argv,
@@ -146,6 +161,8 @@ class AcpHost:
                 name=self.name,
                 grace=3.0,
             ) as proc:
+                if handler is not None:
+                    proc.on_stderr_line = lambda line: handler(self, line)
                 self.proc = proc
                 self.alive = True
                 async with trio.open_nursery() as nursery:
@@ -337,8 +354,9 @@ class AcpHost:
 class AcpPool:
     """One agent process per (argv, cwd), shared by the threads in that cwd."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_stderr_line: StderrHandler | None = None) -> None:
         self.name = name
+        self.on_stderr_line = on_stderr_line
         self._nursery: trio.Nursery | None = None
         self._hosts: dict[tuple[tuple[str, ...], str], AcpHost] = {}
         self._lock = trio.Lock()
@@ -364,7 +382,7 @@ class AcpPool:
         was retired meanwhile, and a new one is started."""
         if self._nursery is None:
             # No server nursery: a private process for this session.
-            host = AcpHost(argv, cwd, env, self.name)
+            host = AcpHost(argv, cwd, env, self.name, self.on_stderr_line)
             async with trio.open_nursery() as nursery:
                 await nursery.start(host.run)
                 try:
@@ -377,7 +395,7 @@ class AcpPool:
             async with self._lock:
                 found = self._hosts.get(key)
                 if found is None or not found.alive or found.retired:
-                    found = AcpHost(argv, cwd, env, self.name)
+                    found = AcpHost(argv, cwd, env, self.name, self.on_stderr_line)
                     await self._nursery.start(found.run)
                     self._hosts[key] = found
                 busy = found.prompts.get(session_id) if session_id else None
@@ -760,6 +778,8 @@ class AcpSession(b.BackendSession):
         self._stopped: dict[int, int] = {}  # commands `stop_commands` killed (pid -> start)
         #: Set by the backend: called before `session/load` (Gemini's same-minute bug).
         self.before_load: Callable[[str], Any] | None = None
+        #: The running turn's error once the agent's retries cannot help (`give_up`).
+        self.gave_up: TurnError | None = None
 
     @property
     def ignores_updates(self) -> bool:
@@ -928,9 +948,13 @@ class AcpSession(b.BackendSession):
                 result = await self.host.request("session/new", params, timeout=120) or {}
                 self.session_id = str(result.get("sessionId"))
                 self.host.sessions[self.session_id] = self
+                self.created(result)
         except AcpError as exc:
             if self.session_id:
                 self.host.sessions.pop(self.session_id, None)
+            if exc.code == AUTH_REQUIRED:
+                error = no_credentials(SPECS[self.backend_id], exc.message)
+                raise b.BackendError.of(error) from None
             raise b.BackendError(
                 f"{self.backend_id} could not open the session: {exc.message}"
                 + (f" ({exc.data})" if exc.data else ""),
@@ -940,6 +964,22 @@ class AcpSession(b.BackendSession):
 
     async def configure(self) -> None:
         """Backend hook after the session exists (modes, model)."""
+
+    def created(self, result: dict[str, Any]) -> None:
+        """Backend hook: the agent's answer to `session/new`."""
+
+    async def watch_model_api(self, mapper: AcpTurnMapper) -> None:
+        """Backend hook, run alongside each turn: call `give_up` when the agent retries a model
+        API that cannot be reached (for agents that do not say so themselves)."""
+
+    def give_up(self, error: TurnError) -> None:
+        """End the running turn as failed with `error` (the agent keeps retrying what cannot
+        succeed): its prompt is cancelled. Callable from a task of the host (not blocking)."""
+        if self._turn_ctx is None or self.gave_up is not None:
+            return
+        self.gave_up = error
+        with suppress(b.BackendError):
+            self.host.start_soon(self.interrupt)
 
     def _mcp_servers(self) -> list[Any]:
         servers = self.settings.config.get("mcpServers")
@@ -1090,6 +1130,13 @@ class AcpSession(b.BackendSession):
                     self._add_usage(usage)  # (counted in the thread's total from now on)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        self.gave_up = None
+        outcome = await self._prompt_turn(turn, ctx)
+        if self.gave_up is not None:
+            return b.TurnOutcome("failed", self.gave_up)
+        return outcome
+
+    async def _prompt_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self.session_id is None or not self.host.alive:
             raise self.host.failure("is not running")
         await self._await_previous_prompt()
@@ -1122,6 +1169,7 @@ class AcpSession(b.BackendSession):
             self.host.prompts[self.session_id] = request
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._end_early, request, mapper)
+                nursery.start_soon(self.watch_model_api, mapper)
                 while True:
                     try:
                         update = await receive_ready(self._updates)

@@ -85,6 +85,15 @@ class BackendError(Exception):
         self.codex_error_info = codex_error_info
         self.additional_details = additional_details
 
+    @classmethod
+    def of(cls, error: TurnError) -> BackendError:
+        """The exception that ends the turn with `error`."""
+        return cls(
+            error.message,
+            codex_error_info=error.codex_error_info,
+            additional_details=error.additional_details,
+        )
+
     def to_turn_error(self) -> TurnError:
         return TurnError(
             message=self.message,

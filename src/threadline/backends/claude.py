@@ -39,7 +39,7 @@ from ..protocol import (
 )
 from . import base as b
 from .catalog import CLAUDE
-from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult
+from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult, api_url
 from .cli_version import check_cli
 from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
 
@@ -314,7 +314,7 @@ class ClaudeStreamSession(b.BackendSession):
             self.healthy = False
             lost = _failure_from_exit(proc, "exited between turns")
             raise b.SessionLost(lost.message, additional_details=lost.additional_details)
-        mapper = ClaudeTurnMapper(cwd=self.settings.cwd)
+        mapper = ClaudeTurnMapper(cwd=self.settings.cwd, url=api_url(self.settings.env))
         self._in_turn = True
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
@@ -348,6 +348,7 @@ class ClaudeStreamSession(b.BackendSession):
     ) -> b.TurnOutcome:
         assert self.proc is not None
         pending_tools: dict[str, str] = {}  # control request id -> tool_use_id
+        interrupted = False
         while True:
             try:
                 message = await receive_ready(self._messages)
@@ -407,6 +408,11 @@ class ClaudeStreamSession(b.BackendSession):
                     self.unsaved.discard(sid)
             for event in mapper.feed(message):
                 await ctx.emit(event)
+            if mapper.give_up is not None and not interrupted:
+                # Its retries cannot help (see ClaudeTurnMapper.give_up): stop them; the
+                # `result` that follows ends the turn with the mapper's error.
+                interrupted = True
+                await self._write_control({"subtype": "interrupt"})
 
     def _check_resumable(self, message: dict[str, Any]) -> None:
         """A `--resume` of a conversation the CLI never saved fails every time: remember the
@@ -566,7 +572,7 @@ class ClaudePrintSession(b.BackendSession):
         return argv
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        mapper = ClaudeTurnMapper(cwd=self.settings.cwd)
+        mapper = ClaudeTurnMapper(cwd=self.settings.cwd, url=api_url(self.settings.env))
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
@@ -612,6 +618,8 @@ class ClaudePrintSession(b.BackendSession):
                         return await _finish_turn(mapper.result(message), ctx, self._usage)
                     for event in mapper.feed(message):
                         await ctx.emit(event)
+                    if mapper.give_up is not None:
+                        return b.TurnOutcome("failed", mapper.give_up)  # (stops the CLI)
                 await proc.wait()
                 raise _failure_from_exit(proc, "exited without a result")
         except ProcessError as exc:

@@ -10,7 +10,11 @@ events to emit. Facts behind the mapping (measured on claude 2.1.197):
   Bash has no exit code field: a failure's content starts with `Exit code N`;
 - an API failure produces a synthetic assistant message (`model: "<synthetic>"`) whose text is
   the error: it is reported as the turn's error, not as an agent message;
-- every turn ends with exactly one `result`.
+- every turn ends with exactly one `result`;
+- with no key the CLI answers at once "Not logged in · Please run /login" (synthetic, error
+  `authentication_failed`, no HTTP status); by default it retries a 401 and an unreachable API
+  10 times over minutes (`system/api_retry`; `error_status` null when nothing answered): the
+  mapper decides when to give up (`give_up`), and the session then interrupts the turn.
 """
 
 from __future__ import annotations
@@ -43,11 +47,20 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
+from .api_errors import (
+    ConnectionWatch,
+    is_connection_failure,
+    no_credentials,
+    refused,
+    unreachable,
+)
+from .catalog import CLAUDE
 
 __all__ = [
     "EDIT_TOOLS",
     "ClaudeTurnMapper",
     "TurnResult",
+    "api_url",
     "error_info_for_status",
     "structured_patch_diff",
 ]
@@ -61,6 +74,14 @@ _TODO_STATUS: dict[str, Literal["pending", "inProgress", "completed"]] = {
     "in_progress": "inProgress",
     "completed": "completed",
 }
+#: What to check when the API cannot be reached.
+_CHECK = "ANTHROPIC_BASE_URL"
+
+
+def api_url(env: dict[str, str]) -> str:
+    """The Messages API URL the CLI calls (ANTHROPIC_BASE_URL, else Anthropic's)."""
+    base = env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+    return base.rstrip("/") + "/v1/messages"
 
 
 def error_info_for_status(status: Any, error: Any = None) -> str:
@@ -206,6 +227,12 @@ class ClaudeTurnMapper:
     #: tool_use_id → our approval decision ("decline"/"cancel" → the item is declined)
     decisions: dict[str, str] = field(default_factory=dict)
     session_id: str | None = None
+    #: The Messages API the CLI calls (named in an unreachable or 401 error).
+    url: str = "https://api.anthropic.com/v1/messages"
+    #: Set once the CLI's retries of a 401 or an unreachable API are pointless: the turn's
+    #: error (the session interrupts the CLI, and `result` reports this instead).
+    give_up: TurnError | None = None
+    watch: ConnectionWatch = field(default_factory=ConnectionWatch)
     _blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     _msg_id: str | None = None
     _open_index: int | None = None
@@ -220,6 +247,7 @@ class ClaudeTurnMapper:
         if msg.get("parent_tool_use_id"):
             return []  # a sub-agent's own traffic: its Task tool item covers it
         if kind == "stream_event":
+            self.watch.progress()
             return self._stream_event(msg.get("event") or {})
         if kind == "assistant":
             return self._assistant(msg)
@@ -475,6 +503,7 @@ class ClaudeTurnMapper:
         if sub == "api_retry":
             status = msg.get("error_status")
             attempt, limit = msg.get("attempt"), msg.get("max_retries")
+            self._check_retry(msg)
             return [
                 b.RetryableError(
                     TurnError(
@@ -491,9 +520,40 @@ class ClaudeTurnMapper:
             return [b.ItemStarted(item), b.ItemCompleted(item)]
         return []
 
+    def _check_retry(self, msg: dict[str, Any]) -> None:
+        """Give up on a retried 401 (at its second retry) or on an API that nothing answered
+        (`error_status` null) once the next attempt would come past the budget."""
+        if self.give_up is not None:
+            return
+        status = msg.get("error_status")
+        retrying = f"attempt {msg.get('attempt')} of {msg.get('max_retries')}"
+        if status == 401 or msg.get("error") == "authentication_failed":
+            if self.watch.refused():
+                self.give_up = refused(CLAUDE, self.url, f"claude was retrying it ({retrying})")
+        elif status is None:
+            delay = msg.get("retry_delay_ms")
+            next_delay = delay / 1000 if isinstance(delay, (int, float)) else None
+            if self.watch.failed(next_delay):
+                detail = f"no answer; claude was retrying ({retrying})"
+                self.give_up = unreachable(
+                    CLAUDE, self.url, _CHECK, detail, after=self.watch.elapsed()
+                )
+
+    def _api_error(self, status: Any, message: str) -> TurnError | None:
+        """The error that says what to do, for a refused, missing or unreachable API."""
+        if status == 401:
+            return refused(CLAUDE, self.url, message)
+        if status is None and self._synthetic_kind == "authentication_failed":
+            return no_credentials(CLAUDE, message)  # "Not logged in · Please run /login"
+        if status is None and is_connection_failure(message):
+            return unreachable(CLAUDE, self.url, _CHECK, message)
+        return None
+
     def result(self, msg: dict[str, Any]) -> TurnResult:
         usage = usage_breakdown(msg.get("usage"))
         session_id = msg.get("session_id") if isinstance(msg.get("session_id"), str) else None
+        if self.give_up is not None:
+            return TurnResult("failed", self.give_up, usage, session_id)
         if not msg.get("is_error"):
             return TurnResult("completed", None, usage, session_id)
         if msg.get("terminal_reason") in ("aborted_streaming", "aborted_tools"):
@@ -511,13 +571,9 @@ class ClaudeTurnMapper:
             or self._synthetic_error
             or (f"claude reported {msg.get('subtype') or 'an error'}")
         )
-        return TurnResult(
-            "failed",
-            TurnError(
-                message=message,
-                codex_error_info=error_info_for_status(status, self._synthetic_kind),
-                additional_details=f"HTTP {status}" if status else None,
-            ),
-            usage,
-            session_id,
+        error = self._api_error(status, message) or TurnError(
+            message=message,
+            codex_error_info=error_info_for_status(status, self._synthetic_kind),
+            additional_details=f"HTTP {status}" if status else None,
         )
+        return TurnResult("failed", error, usage, session_id)

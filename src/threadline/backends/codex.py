@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import platform
-import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -62,8 +61,10 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
+from .api_errors import ConnectionWatch, is_connection_failure, no_credentials
 from .catalog import CODEX
 from .cli_version import check_cli
+from .codex_api import STATUS_TEXT, api_failure, provider_url, retry_status
 from .process import (
     GroupProcess,
     LineTooLong,
@@ -194,6 +195,10 @@ class CodexAppServerSession(b.BackendSession):
         self._nursery: trio.Nursery | None = None  # the process's: background requests
         # Processes `stop_commands` killed in the running turn (pid -> start time).
         self._stopped: dict[int, int] = {}
+        #: The provider needs an OpenAI login and `account/read` found none.
+        self._logged_out = False
+        #: The running turn's error once Codex's retries cannot help (it is interrupted).
+        self._gave_up: TurnError | None = None
 
     def argv(self) -> list[str]:
         return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
@@ -338,6 +343,16 @@ class CodexAppServerSession(b.BackendSession):
             ) from None
         thread = (result or {}).get("thread") or {}
         self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
+        self._logged_out = await self._no_login()
+
+    async def _no_login(self) -> bool:
+        """Whether the model provider needs an OpenAI login and Codex has none: it would send
+        its requests without credentials (`account/read`)."""
+        try:
+            account = await self.request("account/read", {}, timeout=10) or {}
+        except (_RpcFailure, b.BackendError):
+            return False
+        return bool(account.get("requiresOpenaiAuth")) and account.get("account") is None
 
     def close(self) -> None:
         self._closing.set()
@@ -399,6 +414,10 @@ class CodexAppServerSession(b.BackendSession):
             if stale is None:
                 raise _exit_error(self.proc, "exited between turns")
         await ctx.set_backend_session_id(self.codex_thread_id)
+        if self._logged_out and await self._no_login():
+            detail = "codex is not logged in (`account/read`: no account)"
+            raise b.BackendError.of(no_credentials(CODEX, detail))
+        self._logged_out = False
         if turn.bootstrap:
             # Codex takes the role natively as developer instructions (thread/start).
             await ctx.mark_role_bootstrap_applied()
@@ -419,6 +438,8 @@ class CodexAppServerSession(b.BackendSession):
         self._not_running = set()
         self._stopped = {}
         final_error: TurnError | None = None
+        watch = ConnectionWatch()
+        self._gave_up = None
         try:
             async with trio.open_nursery() as nursery:
                 while True:
@@ -434,6 +455,9 @@ class CodexAppServerSession(b.BackendSession):
                         continue
                     if method == "turn/completed":
                         outcome = self._outcome(params.get("turn") or {}, final_error)
+                        if self._gave_up is not None:
+                            nursery.cancel_scope.cancel()
+                            return b.TurnOutcome("failed", self._gave_up)
                         if (
                             outcome.status == "interrupted"
                             and (in_flight_commands - self._not_running)
@@ -448,18 +472,45 @@ class CodexAppServerSession(b.BackendSession):
                         nursery.cancel_scope.cancel()
                         return outcome
                     if method == "error":
-                        err = _convert(params.get("error"), _ERROR_DECODER)
-                        if err is None:
-                            continue
-                        if params.get("willRetry"):
-                            await ctx.emit(b.RetryableError(err))
-                        else:
-                            final_error = err
+                        final_error = await self._error(params, ctx, watch) or final_error
                         continue
+                    if str(method).startswith("item/"):
+                        watch.progress()  # the model answers
                     await self._translate(method, params, ctx, in_flight_commands)
         finally:
             self._turn_id = None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _error(
+        self, params: dict[str, Any], ctx: b.TurnContext, watch: ConnectionWatch
+    ) -> TurnError | None:
+        """An `error` notification: a retry notice goes out (and may end the turn), a final
+        error is returned."""
+        err: TurnError | None = _convert(params.get("error"), _ERROR_DECODER)
+        if err is None or not params.get("willRetry"):
+            return err
+        await ctx.emit(b.RetryableError(err))
+        self._check_retry(err, watch)
+        return None
+
+    def _check_retry(self, err: TurnError, watch: ConnectionWatch) -> None:
+        """A retry notice: once retrying cannot help (a 401 again, or no connection for the
+        budget), interrupt the turn; it then ends with `_gave_up`."""
+        if self._gave_up is not None or self._turn_id is None:
+            return
+        status = retry_status(err)
+        text = err.additional_details or err.message
+        give_up = watch.refused() if status == 401 else None
+        if status is None and is_connection_failure(text):
+            give_up = watch.failed()
+        if not give_up:
+            return
+        url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
+        after = watch.elapsed() if status is None else None
+        self._gave_up = api_failure(text, status, url, after=after)
+        if self._nursery is not None and self._gave_up is not None:
+            params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
+            self._nursery.start_soon(self._interrupt, params)
 
     async def _next_event(self) -> dict[str, Any]:
         try:
@@ -478,6 +529,9 @@ class CodexAppServerSession(b.BackendSession):
         if status == "interrupted":
             return b.TurnOutcome("interrupted")
         error = _convert(turn.get("error"), _ERROR_DECODER) or final_error
+        if error is not None:
+            url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
+            error = api_failure(error.message, retry_status(error), url) or error
         return b.TurnOutcome(
             "failed",
             error or TurnError(message="codex reported a failed turn", codex_error_info="other"),
@@ -719,6 +773,7 @@ class CodexExecSession(b.BackendSession):
         self._previous_total: TokenUsageBreakdown | None = None
         #: The last `error` event's message (the reason given if the turn fails without one).
         self.last_error: str | None = None
+        self._watch = ConnectionWatch()
 
     def argv(self, turn: b.TurnInput) -> list[str]:
         s = self.settings
@@ -753,6 +808,7 @@ class CodexExecSession(b.BackendSession):
         prefix = f"{turn.turn_id[-12:]}-"
         decoder = msgspec.json.Decoder()
         self.last_error = None
+        self._watch = ConnectionWatch()
         try:
             async with open_group_process(
                 self.argv(turn),
@@ -798,6 +854,7 @@ class CodexExecSession(b.BackendSession):
             self.settings.backend_session_id = event["thread_id"]
             await ctx.set_backend_session_id(event["thread_id"])
         elif etype in ("item.started", "item.updated", "item.completed"):
+            self._watch.progress()
             await self._item(event.get("item") or {}, etype, prefix, ctx)
         elif etype == "turn.completed":
             total = _usage(event.get("usage"))
@@ -807,20 +864,32 @@ class CodexExecSession(b.BackendSession):
         elif etype == "turn.failed":
             err = event.get("error") or {}
             message = str(err.get("message") or self.last_error or "codex exec failed")
-            return b.TurnOutcome(
-                "failed", TurnError(message=message, codex_error_info=_error_info(message))
-            )
+            error = TurnError(message=message, codex_error_info=_error_info(message))
+            return b.TurnOutcome("failed", self._api_failure(error) or error)
         elif etype == "error":
             self.last_error = str(event.get("message", ""))
             if self.last_error.startswith("Reconnecting"):
-                await ctx.emit(
-                    b.RetryableError(
-                        TurnError(
-                            message=self.last_error, codex_error_info=_error_info(self.last_error)
-                        )
-                    )
-                )
+                info = _error_info(self.last_error)
+                notice = TurnError(message=self.last_error, codex_error_info=info)
+                await ctx.emit(b.RetryableError(notice))
+                return self._check_retry(notice)
         return None
+
+    def _api_failure(self, error: TurnError, after: float | None = None) -> TurnError | None:
+        url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
+        return api_failure(error.message, retry_status(error), url, after=after)
+
+    def _check_retry(self, notice: TurnError) -> b.TurnOutcome | None:
+        """A retry notice: the turn fails (and the CLI is stopped) once retrying cannot help:
+        a 401 again, or no connection for the budget."""
+        status = retry_status(notice)
+        if status == 401 and self._watch.refused():
+            error = self._api_failure(notice)
+        elif status is None and is_connection_failure(notice.message) and self._watch.failed():
+            error = self._api_failure(notice, self._watch.elapsed())
+        else:
+            return None
+        return None if error is None else b.TurnOutcome("failed", error)
 
     def _usage(self, total: TokenUsageBreakdown) -> ThreadTokenUsage:
         # exec reports the thread's cumulative usage; `last` is the difference. (A session
@@ -863,9 +932,6 @@ class CodexExecSession(b.BackendSession):
             await ctx.emit(b.ItemCompleted(mapped))
 
 
-_STATUS = re.compile(r"(?:unexpected status|last status:) (\d{3})\b")
-
-
 def _error_info(message: str) -> str | dict[str, Any]:
     """`codexErrorInfo` for an exec error text: what `codex app-server` reports for the same
     failure (measured with 0.169.0), so a client sees the same value in both modes."""
@@ -873,7 +939,7 @@ def _error_info(message: str) -> str | dict[str, Any]:
         return "internalServerError"
     if "Missing environment variable" in message:  # the provider's env_key is unset
         return "unauthorized"
-    match = _STATUS.search(message)
+    match = STATUS_TEXT.search(message)
     if match:
         status = int(match.group(1))
         if message.startswith("exceeded retry limit"):

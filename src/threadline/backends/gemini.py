@@ -53,10 +53,13 @@ from ..protocol import (
     WebSearchItem,
 )
 from . import base as b
-from .acp import AcpError, AcpPool, AcpSession
+from .acp import AcpError, AcpPool, AcpSession, AcpTurnMapper
+from .api_errors import ConnectionWatch, is_connection_failure, no_credentials, refused, unreachable
+from .api_probe import probe_target, watch_api
 from .catalog import GEMINI
 from .cli_version import check_cli
 from .process import (
+    GroupProcess,
     LineTooLong,
     ProcessError,
     exit_status,
@@ -67,6 +70,13 @@ from .process import (
 __all__ = ["GeminiBackend"]
 
 log = logging.getLogger("threadline.backend.gemini")
+
+#: What to check when the API cannot be reached.
+_CHECK = "GOOGLE_GEMINI_BASE_URL"
+#: Seconds of failed connections (probed, or the CLI's own attempts) before a turn is failed.
+PROBE_BUDGET = 5.0
+#: headless: "Attempt 1 failed. Retrying with backoff... Error: <why>" on stderr.
+_ATTEMPT_FAILED = re.compile(r"^Attempt \d+ failed")
 
 _EXIT_MEANING = {
     41: ("authentication is not configured for gemini", "unauthorized"),
@@ -88,6 +98,20 @@ def _env(settings: b.SessionSettings) -> dict[str, str]:
     # One process instead of a relaunched child: faster start, signals reach the worker.
     env.setdefault("GEMINI_CLI_NO_RELAUNCH", "1")
     return env
+
+
+def api_url(env: dict[str, str]) -> str:
+    """The Gemini API the CLI calls (GOOGLE_GEMINI_BASE_URL, else Google's)."""
+    return env.get("GOOGLE_GEMINI_BASE_URL") or "https://generativelanguage.googleapis.com"
+
+
+def _api_failure(message: str, status: int | None, env: dict[str, str]) -> TurnError | None:
+    """The error that says what to do for a refused or unreachable API, else None."""
+    if status == 401:
+        return refused(GEMINI, api_url(env), message)
+    if is_connection_failure(message):
+        return unreachable(GEMINI, api_url(env), _CHECK, message)
+    return None
 
 
 def _model_flags(settings: b.SessionSettings) -> list[str]:
@@ -116,6 +140,7 @@ async def _wait_out_session_minute(session_id: str, env: dict[str, str]) -> None
 
 
 class GeminiAcpSession(AcpSession):
+    _last_update = 0.0  # trio.current_time() of the session's last update
     # Gemini's "Allow for this session" (proceed_always) grants more than the user approved: for
     # a shell command, every later command with the same root (`touch x` → any `touch`); for an
     # edit, it switches the whole session to autoEdit. Answer "Allow" (once) instead: the
@@ -132,9 +157,35 @@ class GeminiAcpSession(AcpSession):
         # error body as the message (reference §7.5): show its text, not the JSON.
         api = _api_error(error.message)
         if api is None:
-            return super().turn_error(error)
+            status = error.code if 400 <= error.code < 600 else None
+            failure = _api_failure(error.message, status, self.settings.env)
+            return failure or super().turn_error(error)
         text, code = api
-        return TurnError(message=text, codex_error_info=_info_for_status(code or error.code, text))
+        failure = _api_failure(text, code or error.code, self.settings.env)
+        return failure or TurnError(
+            message=text, codex_error_info=_info_for_status(code or error.code, text)
+        )
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        self._last_update = trio.current_time()
+        super().on_update(update)
+
+    async def watch_model_api(self, mapper: AcpTurnMapper) -> None:
+        # gemini --acp retries an unreachable API for minutes without a word: probe it (see
+        # api_probe) while the turn waits on the model.
+        url = api_url(self.settings.env)
+        target = probe_target(url, self.settings.env)
+        if target is None:
+            return
+        self._last_update = trio.current_time()
+
+        def quiet_since() -> float | None:
+            busy = mapper.tools or self._permissions_active
+            return None if busy else self._last_update
+
+        watch = ConnectionWatch(budget=PROBE_BUDGET)
+        error = await watch_api(target, watch, quiet_since)
+        self.give_up(unreachable(GEMINI, url, _CHECK, error, after=watch.elapsed()))
 
     async def configure(self) -> None:
         if self.settings.approval_policy == "never":
@@ -180,19 +231,7 @@ class GeminiHeadlessSession(b.BackendSession):
         self._tried = True
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         decoder = msgspec.json.Decoder()
-        message: AgentMessageItem | None = None
-        text: list[str] = []
-        tools: dict[str, ThreadItem] = {}
-        result: dict[str, Any] | None = None
-        last_error: str | None = None  # the last `error` event: why a result without text failed
-
-        async def close_message() -> None:
-            nonlocal message, text
-            if message is not None:
-                message.text = "".join(text)
-                await ctx.emit(b.ItemCompleted(message))
-                message, text = None, []
-
+        run = _HeadlessTurn(self.settings.env)
         try:
             async with open_group_process(
                 self.argv(),
@@ -201,73 +240,66 @@ class GeminiHeadlessSession(b.BackendSession):
                 stdin="pipe",
                 name="gemini -p",
             ) as proc:
+                proc.on_stderr_line = run.stderr_line
                 await proc.write(prompt.encode())
                 await proc.close_stdin()
-                while True:
-                    try:
-                        line = await proc.read_line()
-                    except LineTooLong:
-                        continue
-                    if line is None:
-                        break
-                    try:
-                        event = decoder.decode(line)
-                    except msgspec.DecodeError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
-                    etype = event.get("type")
-                    if etype == "init":
-                        sid = event.get("session_id")
-                        if isinstance(sid, str):
-                            self.session_id = sid
-                    elif etype == "message" and event.get("role") == "assistant":
-                        if message is None:
-                            message = AgentMessageItem(id=ctx.new_item_id(), text="")
-                            await ctx.emit(b.ItemStarted(AgentMessageItem(id=message.id, text="")))
-                        chunk = str(event.get("content", ""))
-                        text.append(chunk)
-                        await ctx.emit(b.AgentMessageDelta(message.id, chunk))
-                    elif etype == "tool_use":
-                        await close_message()
-                        item = _headless_tool(event, self.settings.cwd)
-                        tools[item.id] = item
-                        await ctx.emit(b.ItemStarted(item))
-                    elif etype == "tool_result":
-                        done = tools.pop(str(event.get("tool_id")), None)
-                        if done is not None:
-                            await ctx.emit(b.ItemCompleted(_finish_tool(done, event)))
-                    elif etype == "error":
-                        last_error = str(event.get("message", "")) or last_error
-                        await ctx.emit(b.Warning(str(event.get("message", ""))))
-                    elif etype == "result":
-                        result = event
-                        if event.get("status") == "success" and not self._started:
-                            # Recorded only now: only a session with a finished turn resumes.
-                            self._started = True
-                            self.settings.backend_session_id = self.session_id
-                            await ctx.set_backend_session_id(self.session_id)
-                        if event.get("status") == "success" and turn.bootstrap:
-                            # The role is in the stored conversation now (a failed first turn's
-                            # session is dropped: the next turn sends the role again).
-                            await ctx.mark_role_bootstrap_applied()
-                await close_message()
+                with run.scope:
+                    while (line := await _next_line(proc)) is not None:
+                        try:
+                            event = decoder.decode(line)
+                        except msgspec.DecodeError:
+                            continue
+                        if isinstance(event, dict):
+                            await self._event(event, run, turn, ctx)
+                await run.close_message(ctx)
+                if run.gave_up is not None:
+                    return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
                 code = await proc.wait()
-                if result is None:
-                    meaning = _EXIT_MEANING.get(code)
-                    detail = proc.stderr_tail(1500)
-                    message_text = (
-                        meaning[0]
-                        if meaning
-                        else f"gemini exited ({exit_status(code)}) without a result"
-                    )
-                    raise b.BackendError(
-                        message_text + (f": {detail}" if detail else ""),
-                        codex_error_info=meaning[1] if meaning else "other",
-                        additional_details=detail or None,
-                    )
+                if run.result is None:
+                    raise _no_result(code, proc.stderr_tail(1500))
         except ProcessError as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
+        return await self._outcome(run.result, run.last_error, code, ctx)
+
+    async def _event(
+        self, event: dict[str, Any], run: _HeadlessTurn, turn: b.TurnInput, ctx: b.TurnContext
+    ) -> None:
+        """One `gemini -p -o stream-json` event → normalized events (or noted in `run`)."""
+        etype = event.get("type")
+        if etype == "init":
+            sid = event.get("session_id")
+            if isinstance(sid, str):
+                self.session_id = sid
+        elif etype == "message" and event.get("role") == "assistant":
+            run.watch.progress()
+            await run.delta(str(event.get("content", "")), ctx)
+        elif etype == "tool_use":
+            await run.close_message(ctx)
+            item = _headless_tool(event, self.settings.cwd)
+            run.tools[item.id] = item
+            await ctx.emit(b.ItemStarted(item))
+        elif etype == "tool_result":
+            done = run.tools.pop(str(event.get("tool_id")), None)
+            if done is not None:
+                await ctx.emit(b.ItemCompleted(_finish_tool(done, event)))
+        elif etype == "error":
+            run.last_error = str(event.get("message", "")) or run.last_error
+            await ctx.emit(b.Warning(str(event.get("message", ""))))
+        elif etype == "result":
+            run.result = event
+            if event.get("status") == "success" and not self._started:
+                # Recorded only now: only a session with a finished turn resumes.
+                self._started = True
+                self.settings.backend_session_id = self.session_id
+                await ctx.set_backend_session_id(self.session_id)
+            if event.get("status") == "success" and turn.bootstrap:
+                # The role is in the stored conversation now (a failed first turn's session
+                # is dropped: the next turn sends the role again).
+                await ctx.mark_role_bootstrap_applied()
+
+    async def _outcome(
+        self, result: dict[str, Any], last_error: str | None, code: int, ctx: b.TurnContext
+    ) -> b.TurnOutcome:
         usage = _headless_usage(result.get("stats"))
         if usage is not None:
             await ctx.emit(b.TokenUsageUpdated(self._add(usage)))
@@ -279,14 +311,7 @@ class GeminiHeadlessSession(b.BackendSession):
             return b.TurnOutcome("interrupted")
         # (a cut-off model stream: the result has no message, the `error` event says why)
         msg = str(error.get("message") or last_error or "gemini reported an error")
-        meaning = _EXIT_MEANING.get(proc.returncode or 0)
-        info = meaning[1] if meaning else _info_from_text(msg)
-        api = _api_error(msg)
-        if api is not None:
-            # "[API Error: {json body}]" → "Gemini API error (401 UNAUTHENTICATED): ...".
-            msg, http_status = api
-            info = _info_for_status(http_status, msg) if http_status is not None else info
-        return b.TurnOutcome("failed", TurnError(message=msg, codex_error_info=info))
+        return b.TurnOutcome("failed", _result_error(msg, code, self.settings))
 
     def _add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
         t = self._total
@@ -302,6 +327,83 @@ class GeminiHeadlessSession(b.BackendSession):
             )
         )
         return ThreadTokenUsage(total=self._total, last=last)
+
+
+async def _next_line(proc: GroupProcess) -> bytes | None:
+    """The next stdout line (oversized ones skipped), None at the end."""
+    while True:
+        try:
+            return await proc.read_line()
+        except LineTooLong:
+            continue
+
+
+class _HeadlessTurn:
+    """One `gemini -p` turn: the message being streamed, the tools running, the `result`, and
+    what stderr says: its failed attempts to connect (`gave_up` ends the turn)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.message: AgentMessageItem | None = None
+        self.text: list[str] = []
+        self.tools: dict[str, ThreadItem] = {}
+        self.result: dict[str, Any] | None = None
+        self.last_error: str | None = None  # the last `error` event: why a result failed
+        self.watch = ConnectionWatch(budget=PROBE_BUDGET)
+        self.scope = trio.CancelScope()
+        self.gave_up: TurnError | None = None
+
+    async def delta(self, chunk: str, ctx: b.TurnContext) -> None:
+        if self.message is None:
+            self.message = AgentMessageItem(id=ctx.new_item_id(), text="")
+            await ctx.emit(b.ItemStarted(AgentMessageItem(id=self.message.id, text="")))
+        self.text.append(chunk)
+        await ctx.emit(b.AgentMessageDelta(self.message.id, chunk))
+
+    async def close_message(self, ctx: b.TurnContext) -> None:
+        if self.message is not None:
+            self.message.text = "".join(self.text)
+            await ctx.emit(b.ItemCompleted(self.message))
+            self.message, self.text = None, []
+
+    def stderr_line(self, line: str) -> None:
+        failed = _ATTEMPT_FAILED.match(line) and is_connection_failure(line)
+        if not failed or self.gave_up is not None or not self.watch.failed():
+            return
+        url = api_url(self.env)
+        detail = line.partition("Error: ")[2] or line
+        self.gave_up = unreachable(GEMINI, url, _CHECK, detail, after=self.watch.elapsed())
+        self.scope.cancel()
+
+
+def _no_result(code: int, detail: str) -> b.BackendError:
+    """Why headless gemini exited without a result (exit 41: no credentials)."""
+    if code == 41:
+        return b.BackendError.of(no_credentials(GEMINI, detail))
+    meaning = _EXIT_MEANING.get(code)
+    text = meaning[0] if meaning else f"gemini exited ({exit_status(code)}) without a result"
+    return b.BackendError(
+        text + (f": {detail}" if detail else ""),
+        codex_error_info=meaning[1] if meaning else "other",
+        additional_details=detail or None,
+    )
+
+
+def _result_error(msg: str, code: int, settings: b.SessionSettings) -> TurnError:
+    """The error of a headless `result` with status error (`code`: gemini's exit status)."""
+    meaning = _EXIT_MEANING.get(code)
+    info = meaning[1] if meaning else _info_from_text(msg)
+    api = _api_error(msg)
+    status = 401 if code == 145 else None
+    if api is not None:
+        # "[API Error: {json body}]" → "Gemini API error (401 UNAUTHENTICATED): ...".
+        text, http_status = api
+        status = http_status or status
+        info = _info_for_status(http_status, text) if http_status is not None else info
+        return _api_failure(text, status, settings.env) or TurnError(
+            message=text, codex_error_info=info
+        )
+    return _api_failure(msg, status, settings.env) or TurnError(message=msg, codex_error_info=info)
 
 
 _GOOGLE_ERROR = re.compile(r"\{.*\}", re.DOTALL)

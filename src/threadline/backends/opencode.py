@@ -62,9 +62,20 @@ from .acp import (
     AcpTurnMapper,
     error_info_for_code,
 )
+from .api_errors import ConnectionWatch
 from .catalog import OPENCODE
 from .cli_version import check_cli
+from .opencode_api import (
+    LOG_FLAGS,
+    StreamFailure,
+    api_error,
+    give_up_error,
+    model_not_found,
+    no_model,
+    stream_failure,
+)
 from .process import (
+    GroupProcess,
     LineTooLong,
     ProcessError,
     exit_status,
@@ -125,7 +136,7 @@ class OpenCodeRunSession(b.BackendSession):
 
     def argv(self) -> list[str]:
         s = self.settings
-        argv = [self.binary, "run", "--format", "json", "--dir", s.cwd, "--thinking"]
+        argv = [self.binary, "run", "--format", "json", "--dir", s.cwd, "--thinking", *LOG_FLAGS]
         if s.model and s.model != "default":
             argv += ["--model", s.model]
         if s.backend_session_id:
@@ -154,101 +165,133 @@ class OpenCodeRunSession(b.BackendSession):
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
         decoder = msgspec.json.Decoder()
-        errors: list[dict[str, Any]] = []
-        usage: TokenUsageBreakdown | None = None
-        events = 0
+        run = _RunState(_env(self.settings), self.settings.cwd)
         try:
             async with open_group_process(
                 self.argv(),
                 cwd=self.settings.cwd,
-                env=_env(self.settings),
+                env=run.env,
                 stdin="pipe",
                 name="opencode run",
             ) as proc:
+                proc.on_stderr_line = run.stderr_line
                 await proc.write(prompt.encode())
                 await proc.close_stdin()
-                while True:
-                    try:
-                        line = await proc.read_line()
-                    except LineTooLong:
-                        continue
-                    if line is None:
-                        break
-                    try:
-                        event = decoder.decode(line)
-                    except msgspec.DecodeError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
-                    events += 1
-                    sid = event.get("sessionID")
-                    if isinstance(sid, str) and sid != self.settings.backend_session_id:
-                        self.settings.backend_session_id = sid
-                        await ctx.set_backend_session_id(sid)
-                    etype = event.get("type")
-                    part = event.get("part") if isinstance(event.get("part"), dict) else {}
-                    assert isinstance(part, dict)
-                    if etype == "text":
-                        item = AgentMessageItem(
-                            id=str(part.get("id") or ctx.new_item_id()),
-                            text=str(part.get("text", "")),
-                        )
-                        await ctx.emit(b.ItemCompleted(item))
-                    elif etype == "reasoning":
-                        text = str(part.get("text", ""))
-                        await ctx.emit(
-                            b.ItemCompleted(
-                                ReasoningItem(
-                                    id=str(part.get("id") or ctx.new_item_id()),
-                                    summary=[text] if text else [],
-                                )
-                            )
-                        )
-                    elif etype == "tool_use":
-                        mapped = _run_tool(part, self.settings.cwd)
-                        if isinstance(mapped, list):
-                            await ctx.emit(b.PlanUpdated(mapped))
-                        else:
-                            await ctx.emit(b.ItemCompleted(mapped))
-                    elif etype == "step_finish":
-                        step = _step_usage(part.get("tokens"))
-                        if step is not None:
-                            usage = step if usage is None else _sum(usage, step)
-                    elif etype == "error":
-                        errors.append(event.get("error") or {})
+                with run.scope:
+                    while (line := await _next_line(proc)) is not None:
+                        try:
+                            event = decoder.decode(line)
+                        except msgspec.DecodeError:
+                            continue
+                        if isinstance(event, dict):
+                            run.watch.progress()
+                            await self._event(event, run, ctx)
+                if run.gave_up is not None:
+                    return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
                 code = await proc.wait()
                 stderr = proc.stderr_tail(1500)
         except ProcessError as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
-        if usage is not None:
-            self._total = usage if self._total is None else _sum(self._total, usage)
-            await ctx.emit(b.TokenUsageUpdated(ThreadTokenUsage(total=self._total, last=usage)))
-        if errors:
-            err = errors[-1]
-            data = err.get("data") if isinstance(err.get("data"), dict) else {}
-            assert isinstance(data, dict)
-            message = str(data.get("message") or err.get("name") or "opencode failed")
-            status = data.get("statusCode")
-            return b.TurnOutcome(
-                "failed",
-                TurnError(
-                    message=message,
-                    codex_error_info=error_info_for_code(
-                        status if isinstance(status, int) else 0, message
-                    ),
-                    additional_details=f"HTTP {status}" if status else None,
-                ),
-            )
+        if run.usage is not None:
+            self._total = run.usage if self._total is None else _sum(self._total, run.usage)
+            await ctx.emit(b.TokenUsageUpdated(ThreadTokenUsage(total=self._total, last=run.usage)))
+        if run.errors:
+            return b.TurnOutcome("failed", _run_error(run.errors[-1], run.missing_model))
         if code != 0:
             error = b.BackendError(
                 f"opencode run exited ({exit_status(code)})" + (f": {stderr}" if stderr else ""),
                 codex_error_info="other",
                 additional_details=stderr or None,
             )
-            if events == 0 and "database is locked" in stderr:
+            if run.events == 0 and "database is locked" in stderr:
                 raise _DatabaseLocked(error)
             raise error
         return b.TurnOutcome("completed")
+
+    async def _event(self, event: dict[str, Any], run: _RunState, ctx: b.TurnContext) -> None:
+        """One `opencode run --format json` event → normalized events (or noted in `run`)."""
+        run.events += 1
+        sid = event.get("sessionID")
+        if isinstance(sid, str) and sid != self.settings.backend_session_id:
+            self.settings.backend_session_id = sid
+            await ctx.set_backend_session_id(sid)
+        etype = event.get("type")
+        part = event.get("part") if isinstance(event.get("part"), dict) else {}
+        assert isinstance(part, dict)
+        if etype == "text":
+            item = AgentMessageItem(
+                id=str(part.get("id") or ctx.new_item_id()), text=str(part.get("text", ""))
+            )
+            await ctx.emit(b.ItemCompleted(item))
+        elif etype == "reasoning":
+            text = str(part.get("text", ""))
+            item_id = str(part.get("id") or ctx.new_item_id())
+            reasoning = ReasoningItem(id=item_id, summary=[text] if text else [])
+            await ctx.emit(b.ItemCompleted(reasoning))
+        elif etype == "tool_use":
+            mapped = _run_tool(part, self.settings.cwd)
+            if isinstance(mapped, list):
+                await ctx.emit(b.PlanUpdated(mapped))
+            else:
+                await ctx.emit(b.ItemCompleted(mapped))
+        elif etype == "step_finish":
+            step = _step_usage(part.get("tokens"))
+            if step is not None:
+                run.usage = step if run.usage is None else _sum(run.usage, step)
+        elif etype == "error":
+            run.errors.append(event.get("error") or {})
+
+
+async def _next_line(proc: GroupProcess) -> bytes | None:
+    """The next stdout line (oversized ones skipped), None at the end."""
+    while True:
+        try:
+            return await proc.read_line()
+        except LineTooLong:
+            continue
+
+
+class _RunState:
+    """One `opencode run` turn: what its events left (usage, errors) and what its stderr
+    says (failed connection attempts: `gave_up` ends the turn; a model it does not know)."""
+
+    def __init__(self, env: dict[str, str], cwd: str) -> None:
+        self.env = env
+        self.cwd = cwd
+        self.events = 0
+        self.errors: list[dict[str, Any]] = []
+        self.usage: TokenUsageBreakdown | None = None
+        self.watch = ConnectionWatch()
+        self.scope = trio.CancelScope()
+        self.gave_up: TurnError | None = None
+        self.missing_model: str | None = None
+
+    def stderr_line(self, line: str) -> None:
+        self.missing_model = model_not_found(line) or self.missing_model
+        failure = stream_failure(line)
+        if failure is None or self.gave_up is not None:
+            return
+        self.gave_up = give_up_error(failure, self.watch, self.env, self.cwd)
+        if self.gave_up is not None:
+            self.scope.cancel()
+
+
+def _run_error(err: dict[str, Any], missing_model: str | None) -> TurnError:
+    """The turn's error for the last `error` event of `opencode run`."""
+    data = err.get("data") if isinstance(err.get("data"), dict) else {}
+    assert isinstance(data, dict)
+    message = str(data.get("message") or err.get("name") or "opencode failed")
+    status = data.get("statusCode") if isinstance(data.get("statusCode"), int) else None
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    url = meta.get("url") if isinstance(meta.get("url"), str) else None
+    if missing_model is not None and err.get("name") == "UnknownError":
+        return no_model(missing_model)
+    return api_error(message, status, url) or TurnError(
+        message=message,
+        codex_error_info=error_info_for_code(status or 0, message),
+        additional_details=f"HTTP {status}" if status else None,
+    )
 
 
 class _DatabaseLocked(Exception):
@@ -397,10 +440,13 @@ def _database_path(env: dict[str, str]) -> str:
     return os.path.join(data, "opencode", "opencode.db")
 
 
-def _stored_error(db: str, session_id: str, since_ms: int) -> tuple[str, int | None] | None:
-    """(message, HTTP status) of the session's latest failed assistant message created since
-    `since_ms`, from OpenCode's database (schema of 1.18: `message(session_id, time_created,
-    data)`, `data.error = {name, data: {message, statusCode, ...}}`); None if not found."""
+def _stored_error(
+    db: str, session_id: str, since_ms: int
+) -> tuple[str, int | None, str | None] | None:
+    """(message, HTTP status, URL) of the session's latest failed assistant message created
+    since `since_ms`, from OpenCode's database (schema of 1.18: `message(session_id,
+    time_created, data)`, `data.error = {name, data: {message, statusCode, metadata: {url}}}`);
+    None if not found."""
     if not os.path.isfile(db):
         return None
     try:
@@ -426,7 +472,10 @@ def _stored_error(db: str, session_id: str, since_ms: int) -> tuple[str, int | N
         data = error.get("data") if isinstance(error.get("data"), dict) else {}
         assert isinstance(data, dict)
         status = data.get("statusCode")
-        return str(data.get("message") or ""), status if isinstance(status, int) else None
+        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        url = meta.get("url") if isinstance(meta.get("url"), str) else None
+        return str(data.get("message") or ""), status if isinstance(status, int) else None, url
     return None
 
 
@@ -456,8 +505,29 @@ class OpenCodeAcpSession(AcpSession):
         self._kinds: dict[str, str] = {}  # call id → ACP tool kind (later updates omit it)
         self._files: dict[str, _FileInfo] = {}
         self._prompt_error: AcpError | None = None
+        self._watch = ConnectionWatch()
+        #: Why OpenCode has no model to use (it listed none: no provider has credentials).
+        self._no_model: str | None = None
+
+    def created(self, result: dict[str, Any]) -> None:
+        options = result.get("configOptions")
+        for option in options if isinstance(options, list) else ():
+            model = isinstance(option, dict) and option.get("id") == "model"
+            if model and option.get("options") == []:
+                self._no_model = f"opencode lists no model ({option.get('currentValue')})"
+
+    def connection_failed(self, failure: StreamFailure) -> None:
+        """A failed attempt of this session's prompt to connect to the model API."""
+        if self._turn_ctx is None or self.gave_up is not None:
+            return
+        env = _env(self.settings)
+        error = give_up_error(failure, self._watch, env, self.settings.cwd)
+        if error is not None:
+            self.give_up(error)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if self._no_model is not None:
+            return b.TurnOutcome("failed", no_model(self._no_model))
         # An interrupted turn may have ended before OpenCode answered its prompt: wait for
         # that answer before clearing what its updates left here.
         await self._await_previous_prompt()
@@ -466,8 +536,11 @@ class OpenCodeAcpSession(AcpSession):
         self._kinds.clear()
         self._files.clear()
         self._prompt_error = None
+        self._watch = ConnectionWatch()
         started_ms = int(time.time() * 1000) - 1000  # (clock granularity slack)
         outcome = await super().run_turn(turn, ctx)
+        if self.gave_up is not None:
+            return outcome
         if outcome is not None and outcome.status == "failed" and self._prompt_error is not None:
             return b.TurnOutcome("failed", await self._provider_error(started_ms))
         return outcome
@@ -488,20 +561,21 @@ class OpenCodeAcpSession(AcpSession):
         message = error.message.removeprefix("Internal error: ")
         data = error.data if isinstance(error.data, dict) else {}
         status: int | None = None
+        url: str | None = None
         if data.get("errorName") == "APIError" and self.session_id:
             db = _database_path(_env(self.settings))
             found = await trio.to_thread.run_sync(_stored_error, db, self.session_id, since_ms)
             if found is not None:
-                text, code = found
+                text, status, url = found
                 message = text or message
-                status = code
-        return TurnError(
+        return api_error(message, status, url) or TurnError(
             message=message,
             codex_error_info=error_info_for_code(status or 0, message),
             additional_details=f"HTTP {status}" if status else None,
         )
 
     def on_update(self, update: dict[str, Any]) -> None:
+        self._watch.progress()
         if update is _PROMPT_DONE:
             # Whatever is still held never got further (e.g. cancelled before it ran): show it,
             # so the engine closes it with the turn.
@@ -614,6 +688,14 @@ class OpenCodeAcpSession(AcpSession):
                 await ctx.emit(event)
 
 
+def _acp_stderr_line(host: AcpHost, line: str) -> None:
+    """An `opencode acp` log line: a failed connection attempt goes to its session."""
+    failure = stream_failure(line)
+    session = host.sessions.get(failure.session_id) if failure is not None else None
+    if failure is not None and isinstance(session, OpenCodeAcpSession):
+        session.connection_failed(failure)
+
+
 # -- backend ---------------------------------------------------------------------------------------
 
 
@@ -624,7 +706,7 @@ class OpenCodeBackend(b.Backend):
     default_mode = OPENCODE.default_mode
 
     def __init__(self) -> None:
-        self._pool = AcpPool("opencode acp")
+        self._pool = AcpPool("opencode acp", _acp_stderr_line)
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._pool.attach(nursery)
@@ -647,7 +729,7 @@ class OpenCodeBackend(b.Backend):
         env = _env(settings)
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")
         async with self._pool.host(
-            [binary, "acp", "--cwd", settings.cwd],
+            [binary, "acp", "--cwd", settings.cwd, *LOG_FLAGS],
             settings.cwd,
             env,
             key_extra=key,

@@ -27,7 +27,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -289,6 +289,9 @@ class GroupProcess:
         self._tail_cap = max(0, stderr_tail_bytes)
         self._tail_truncated = False
         self._err_line = bytearray()  # partial stderr line awaiting its newline (for logging)
+        #: Called with each line the CLI writes to stderr from now on (in the drain task: it
+        #: must not block).
+        self.on_stderr_line: Callable[[str], None] | None = None
         self._stderr_eof = trio.Event()
 
         self._leader_exited = False
@@ -399,7 +402,7 @@ class GroupProcess:
                 if not chunk:
                     break
                 self._keep_tail(chunk)
-                if _cli_log.isEnabledFor(logging.DEBUG):
+                if self.on_stderr_line is not None or _cli_log.isEnabledFor(logging.DEBUG):
                     self._log_lines(chunk)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
@@ -428,6 +431,11 @@ class GroupProcess:
     def _log_line(self, line: bytes) -> None:
         text = line[:_LOG_LINE_MAX].decode("utf-8", errors="replace").rstrip("\r")
         _cli_log.debug("%s: %s", self.name, text)
+        if self.on_stderr_line is not None:
+            try:
+                self.on_stderr_line(text)
+            except Exception:  # the caller's bug must not stop the drain
+                _log.exception("%s: the stderr line callback failed", self.name)
 
     # ---------------------------------------------------------------- group bookkeeping
 
