@@ -119,7 +119,10 @@ def test_missing_credentials_name_the_variable_or_login_command(tmp_path: Path) 
     assert (
         "credentials: none found: set ANTHROPIC_API_KEY, or run `claude login`" in (lines["claude"])
     )
-    assert "credentials: none found: set OPENAI_API_KEY, or run `codex login`" in lines["codex"]
+    assert (
+        "credentials: none found: run `codex login` (or `printenv OPENAI_API_KEY | codex"
+        in (lines["codex"])
+    )
     assert "set GEMINI_API_KEY" in lines["gemini"]
     assert "`opencode auth login`" in lines["opencode"]
     # a key in the environment, or a login file in the CLI's home, counts (never its value)

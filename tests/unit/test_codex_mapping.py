@@ -12,6 +12,7 @@ import pytest
 
 from tests.transcripts import transcript
 from threadline.backends import base as b
+from threadline.backends.catalog import SPECS
 from threadline.backends.codex import CodexExecSession, _error_info, _exec_item
 from threadline.protocol import (
     AgentMessageItem,
@@ -229,7 +230,7 @@ async def test_credential_failures_say_what_to_do(scenario: str, says: str) -> N
     _, outcome, _ = await replay(scenario)
     assert outcome is not None and outcome.error is not None
     assert outcome.error.message.startswith(says), outcome.error
-    assert outcome.error.message.endswith(": set OPENAI_API_KEY, or run `codex login`")
+    assert outcome.error.message.endswith(f": {SPECS['codex'].login_fix}")
 
 
 async def test_retries_are_reported_as_retryable_errors() -> None:

@@ -201,10 +201,9 @@ CODEX = BackendSpec(
     npm_package="@openai/codex",
     pinned_version="0.169.0",
     oldest_tested="0.169.0",
-    login_fix="set OPENAI_API_KEY, or run `codex login`",
+    # Codex's own OpenAI provider reads only its login (auth.json), never OPENAI_API_KEY.
+    login_fix="run `codex login` (or `printenv OPENAI_API_KEY | codex login --with-api-key`)",
     credential_files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
-    credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"), ("CODEX_HOME", "CODEX_HOME set")),
-    no_credentials="no OPENAI_API_KEY (a logged-in CLI or a provider in config.toml may work)",
 )
 
 GEMINI = BackendSpec(
