@@ -58,8 +58,9 @@ FAULTS = [
 INFO: dict[tuple[str, str], str | dict[str, object]] = {}
 #: Where a cut stream does not fail the turn, and why (documented CLI behaviour).
 CUT_COMPLETES = {
-    "claude": "completed: the CLI retries without streaming; the cut partial message is "
-    "closed and the full answer follows as the final message",
+    "claude": "completed: the CLI retries a cut stream (2.1.332: up to 3 times, even with "
+    "CLAUDE_CODE_MAX_RETRIES=0) and ends the turn with the text its last try received "
+    "(empty when that try was cut before any text)",
     "claude-print": "completed: as claude (retry without streaming)",
     "gemini": "completed with the partial text: gemini --acp ends the prompt normally "
     "(stopReason end_turn, no error) after a stream without a finish reason",
@@ -122,8 +123,8 @@ async def test_api_faults(nursery: trio.Nursery, backend: Harness, part: str) ->
                 if fault.name == FCUT and h.name in CUT_COMPLETES:
                     assert result.status == "completed", result.turn
                     final = result.turn["items"][-1]["text"]
-                    if h.backend == "claude":
-                        assert final == PARTIAL, final
+                    if h.backend == "claude":  # its last retry may be cut before any text
+                        assert PARTIAL.startswith(final), final
                     else:
                         assert final and PARTIAL.startswith(final), final
                     cells.outcome = f"doc: {CUT_COMPLETES[h.name]}"
