@@ -59,8 +59,6 @@ from .api_probe import probe_target, watch_api
 from .catalog import GEMINI
 from .cli_version import check_cli
 from .process import (
-    GroupProcess,
-    LineTooLong,
     ProcessError,
     exit_status,
     open_group_process,
@@ -244,7 +242,7 @@ class GeminiHeadlessSession(b.BackendSession):
                 await proc.write(prompt.encode())
                 await proc.close_stdin()
                 with run.scope:
-                    while (line := await _next_line(proc)) is not None:
+                    while (line := await proc.read_line_or_skip()) is not None:
                         try:
                             event = decoder.decode(line)
                         except msgspec.DecodeError:
@@ -327,15 +325,6 @@ class GeminiHeadlessSession(b.BackendSession):
             )
         )
         return ThreadTokenUsage(total=self._total, last=last)
-
-
-async def _next_line(proc: GroupProcess) -> bytes | None:
-    """The next stdout line (oversized ones skipped), None at the end."""
-    while True:
-        try:
-            return await proc.read_line()
-        except LineTooLong:
-            continue
 
 
 class _HeadlessTurn:

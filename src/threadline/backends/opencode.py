@@ -75,8 +75,6 @@ from .opencode_api import (
     stream_failure,
 )
 from .process import (
-    GroupProcess,
-    LineTooLong,
     ProcessError,
     exit_status,
     open_group_process,
@@ -178,7 +176,7 @@ class OpenCodeRunSession(b.BackendSession):
                 await proc.write(prompt.encode())
                 await proc.close_stdin()
                 with run.scope:
-                    while (line := await _next_line(proc)) is not None:
+                    while (line := await proc.read_line_or_skip()) is not None:
                         try:
                             event = decoder.decode(line)
                         except msgspec.DecodeError:
@@ -240,15 +238,6 @@ class OpenCodeRunSession(b.BackendSession):
                 run.usage = step if run.usage is None else _sum(run.usage, step)
         elif etype == "error":
             run.errors.append(event.get("error") or {})
-
-
-async def _next_line(proc: GroupProcess) -> bytes | None:
-    """The next stdout line (oversized ones skipped), None at the end."""
-    while True:
-        try:
-            return await proc.read_line()
-        except LineTooLong:
-            continue
 
 
 class _RunState:

@@ -314,6 +314,14 @@ class GroupProcess:
 
     # ---------------------------------------------------------------- stdout / stdin
 
+    async def read_line_or_skip(self) -> bytes | None:
+        """`read_line`, with oversized lines skipped instead of raised."""
+        while True:
+            try:
+                return await self.read_line()
+            except LineTooLong:
+                continue
+
     async def read_line(self) -> bytes | None:
         """Next stdout line without its newline; None at EOF.
 
