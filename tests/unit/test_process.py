@@ -469,3 +469,11 @@ async def test_kill_escaped_escalates_to_sigkill(pids: set[int]) -> None:
 async def test_proc_helpers_on_unknown_pids() -> None:
     assert group_members(2**22 + 12345) == []
     assert descendant_pids(2**22 + 12345) == []
+
+
+async def test_read_json_object_skips_what_is_not_an_object(pids: set[int]) -> None:
+    script = "echo 'not json'; echo '[1, 2]'; echo '{\"type\": \"a\"}'; echo '\"s\"'; echo '{}'"
+    async with sh(script, pids) as gp:
+        assert await gp.read_json_object() == {"type": "a"}
+        assert await gp.read_json_object() == {}
+        assert await gp.read_json_object() is None

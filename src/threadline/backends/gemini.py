@@ -29,7 +29,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import msgspec
 import trio
 
 from ..protocol import (
@@ -228,7 +227,6 @@ class GeminiHeadlessSession(b.BackendSession):
             self.session_id = str(uuid.uuid4())
         self._tried = True
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
-        decoder = msgspec.json.Decoder()
         run = _HeadlessTurn(self.settings.env)
         try:
             async with open_group_process(
@@ -242,13 +240,8 @@ class GeminiHeadlessSession(b.BackendSession):
                 await proc.write(prompt.encode())
                 await proc.close_stdin()
                 with run.scope:
-                    while (line := await proc.read_line_or_skip()) is not None:
-                        try:
-                            event = decoder.decode(line)
-                        except msgspec.DecodeError:
-                            continue
-                        if isinstance(event, dict):
-                            await self._event(event, run, turn, ctx)
+                    while (event := await proc.read_json_object()) is not None:
+                        await self._event(event, run, turn, ctx)
                 await run.close_message(ctx)
                 if run.gave_up is not None:
                     return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)

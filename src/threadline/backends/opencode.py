@@ -28,7 +28,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import trio
 
 from ..protocol import (
@@ -162,7 +161,6 @@ class OpenCodeRunSession(b.BackendSession):
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
-        decoder = msgspec.json.Decoder()
         run = _RunState(_env(self.settings), self.settings.cwd)
         try:
             async with open_group_process(
@@ -176,14 +174,9 @@ class OpenCodeRunSession(b.BackendSession):
                 await proc.write(prompt.encode())
                 await proc.close_stdin()
                 with run.scope:
-                    while (line := await proc.read_line_or_skip()) is not None:
-                        try:
-                            event = decoder.decode(line)
-                        except msgspec.DecodeError:
-                            continue
-                        if isinstance(event, dict):
-                            run.watch.progress()
-                            await self._event(event, run, ctx)
+                    while (event := await proc.read_json_object()) is not None:
+                        run.watch.progress()
+                        await self._event(event, run, ctx)
                 if run.gave_up is not None:
                     return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
                 code = await proc.wait()

@@ -30,8 +30,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+import msgspec
 import trio
 
 from threadline.rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
@@ -63,6 +64,7 @@ _POLL_FIRST = 0.001  # first poll period: it doubles up to _POLL (most groups go
 _TRACK_INTERVAL = 0.5  # how often descendants are remembered while the CLI runs
 _KILL_SETTLE = 1.0  # SIGKILL is asynchronous; how long to wait for the kernel to finish
 _CHUNK = 64 * 1024
+_JSON = msgspec.json.Decoder()
 _LOG_LINE_MAX = 8 * 1024  # longest stderr line written to the debug log
 
 
@@ -313,6 +315,17 @@ class GroupProcess:
         return self._proc.poll()
 
     # ---------------------------------------------------------------- stdout / stdin
+
+    async def read_json_object(self) -> dict[str, Any] | None:
+        """The next stdout line that is a JSON object (other lines skipped); None at the end."""
+        while (line := await self.read_line_or_skip()) is not None:
+            try:
+                value = _JSON.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+        return None
 
     async def read_line_or_skip(self) -> bytes | None:
         """`read_line`, with oversized lines skipped instead of raised."""
