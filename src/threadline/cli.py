@@ -8,16 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .backends.registry import BACKEND_IDS
 
 __all__ = ["main"]
 
 _DESCRIPTION = """\
 threadline speaks newline-delimited JSON-RPC (the Codex app-server v2 core) on stdin/stdout
-and drives coding-agent CLIs: claude, codex, gemini, opencode (and the offline `mock`).
+and drives coding-agent CLIs: {clis} (and the offline `mock`).
 With no command it serves on stdio until stdin closes or it gets SIGTERM.
 
 environment:
-  AGENT_BACKEND        default backend for thread/start (claude|codex|gemini|opencode|mock)
+  AGENT_BACKEND        default backend for thread/start ({ids})
   BACKEND_CLI_PATH     use this CLI binary instead of the PATH lookup
   BACKEND_MODEL        default model for new threads
   BACKEND_MAX_TURNS    agent turn limit per request (default 25)
@@ -125,8 +126,8 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
 def _unusable_backend(backend: str, cli_path: str | None) -> str | None:
     """Why the operator's chosen backend cannot run here (its CLI is missing or not
     executable), or None. Only the binary is checked: that costs no CLI start."""
-    from .backends.catalog import SPECS
     from .backends.executables import ProcessError, resolve_executable
+    from .backends.registry import SPECS
 
     command = cli_path or SPECS[backend].cli
     if command is None:
@@ -258,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog=command_name(),
-        description=_DESCRIPTION,
+        description=_DESCRIPTION.format(
+            clis=", ".join(i for i in BACKEND_IDS if i != "mock"), ids="|".join(BACKEND_IDS)
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"threadline {__version__}")
@@ -290,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         "1 failed, 2 usage, 130 interrupted.",
     )
     run.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive session)")
-    run.add_argument("--backend", "-b", help="claude|codex|gemini|opencode|mock")
+    run.add_argument("--backend", "-b", help="|".join(BACKEND_IDS))
     run.add_argument("--model", "-m", help="the model (default: the backend's)")
     run.add_argument("--cwd", "-C", help="the thread's working directory (default: here)")
     run.add_argument("--mode", help="the backend mode (e.g. stream|print for claude)")

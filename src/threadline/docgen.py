@@ -142,7 +142,7 @@ def render_backends() -> str:
 
 def _versions_tested() -> list[str]:
     """The CLI versions the tests run against, from the catalog's pins."""
-    from .backends.catalog import SPECS
+    from .backends.registry import SPECS
 
     out = [
         "## Versions tested",

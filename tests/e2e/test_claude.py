@@ -39,7 +39,7 @@ from tests.support.client import (
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
 

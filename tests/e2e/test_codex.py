@@ -50,7 +50,7 @@ from tests.support.client import (
     notifications,
 )
 from tests.support.missing_cli import check_missing_cli
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
 # The fixtures come from codex_env.py (referenced here so they count as used).

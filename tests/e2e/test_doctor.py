@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.client import ROOT
 from tests.support.tools import TOOLS_BIN, cli_versions
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
 

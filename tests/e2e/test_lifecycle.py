@@ -28,7 +28,8 @@ from tests.support.client import (
     survivors,
     wait_gone,
 )
-from threadline.backends.catalog import SPECS, BackendSpec
+from threadline.backends.catalog import BackendSpec
+from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
 

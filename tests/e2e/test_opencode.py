@@ -45,7 +45,7 @@ from tests.support.client import (
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
 # The fixtures come from opencode_env.py (referenced here so they count as used).

@@ -33,7 +33,7 @@ from tests.matrix.harness import (
     matrix_params,
     run_turn,
 )
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 HEALTHY = "Healthy again after the API failure."
 PARTIAL = "This answer is cut off in the middle"

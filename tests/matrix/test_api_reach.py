@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from tests.matrix.harness import Cells, Harness, HttpFail, Rule, TurnResult, run_turn
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 #: The issue's bound for a turn whose model API cannot be used.
 BOUND = 15.0

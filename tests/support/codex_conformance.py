@@ -44,7 +44,7 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 from .tools import TOOLS_BIN
 

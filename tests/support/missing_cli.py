@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from tests.support.client import ServerProcess, notifications
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 
 async def check_missing_cli(

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from threadline.backends.catalog import SPECS
+from threadline.backends.registry import SPECS
 
 __all__ = ["ROOT", "TOOLS_BIN", "TOOLS_DIR", "cli_versions", "pins"]
 

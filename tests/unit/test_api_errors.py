@@ -18,9 +18,9 @@ from threadline.backends.api_errors import (
     unreachable,
 )
 from threadline.backends.api_probe import connect_error, probe_target
-from threadline.backends.catalog import SPECS
 from threadline.backends.codex_api import provider_url as codex_url
 from threadline.backends.opencode_api import model_not_found, provider_url, stream_failure
+from threadline.backends.registry import SPECS
 
 
 class Clock:

@@ -12,8 +12,8 @@ import pytest
 
 from tests.transcripts import transcript
 from threadline.backends import base as b
-from threadline.backends.catalog import SPECS
 from threadline.backends.codex import CodexExecSession, _error_info, _exec_item
+from threadline.backends.registry import SPECS
 from threadline.protocol import (
     AgentMessageItem,
     CommandExecutionItem,

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import trio
 
-from threadline.backends.catalog import SPECS
 from threadline.backends.process import (
     DEFAULT_MAX_LINE,
     CliNotExecutable,
@@ -30,6 +29,7 @@ from threadline.backends.process import (
     processes_gone,
     resolve_executable,
 )
+from threadline.backends.registry import SPECS
 from threadline.rpc import framing
 
 

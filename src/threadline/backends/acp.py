@@ -50,7 +50,6 @@ from ..protocol import (
 )
 from . import base as b
 from .api_errors import no_credentials
-from .catalog import SPECS
 from .process import (
     GroupProcess,
     LineTooLong,
@@ -58,6 +57,7 @@ from .process import (
     open_group_process,
     processes_gone,
 )
+from .registry import SPECS
 
 __all__ = ["AcpError", "AcpHost", "AcpPool", "AcpSession", "AcpTurnMapper", "error_info_for_code"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..protocol.methods import BackendCapabilities
 
-__all__ = ["SPECS", "BackendCheck", "BackendSpec"]
+__all__ = ["BackendCheck", "BackendSpec"]
 
 
 @dataclass
@@ -287,6 +287,3 @@ MOCK = BackendSpec(
         )
     },
 )
-
-#: Every shipped backend, in the order `initialize` and `doctor` list them.
-SPECS: dict[str, BackendSpec] = {s.id: s for s in (CLAUDE, CODEX, GEMINI, OPENCODE, MOCK)}

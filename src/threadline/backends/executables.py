@@ -26,7 +26,7 @@ class CliNotExecutable(ProcessError):
 def install_hint(command: str) -> str:
     """How to install the agent CLI called `command` (a name or a path), or "" for a command
     that is not one of the shipped backends' CLIs."""
-    from .catalog import SPECS
+    from .registry import SPECS
 
     name = os.path.basename(command)
     spec = next((s for s in SPECS.values() if s.cli == name), None)

@@ -6,11 +6,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["BACKEND_IDS", "ConfigError", "ServerConfig"]
+from ..backends.registry import BACKEND_IDS
 
-#: Every backend id a thread (or AGENT_BACKEND) may name. `mock` is the scripted backend for
-#: client development and first runs.
-BACKEND_IDS = ("claude", "codex", "gemini", "opencode", "mock")
+__all__ = ["ConfigError", "ServerConfig"]
 
 
 class ConfigError(Exception):

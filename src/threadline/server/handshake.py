@@ -25,7 +25,8 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..backends.catalog import SPECS, BackendCheck
+from ..backends.catalog import BackendCheck
+from ..backends.registry import SPECS
 from ..protocol.base import RequestId
 from ..protocol.methods import (
     BackendCapabilities,

@@ -12,8 +12,8 @@ import msgspec
 import trio
 
 from ..backends.base import Backend, SessionSettings
-from ..backends.catalog import SPECS
 from ..backends.executables import ProcessError, resolve_executable
+from ..backends.registry import SPECS
 from ..ids import InvalidId, new_id, validate_id
 from ..protocol import (
     AskForApproval,

@@ -35,7 +35,7 @@ class ThreadRecord(msgspec.Struct, kw_only=True):
     """
 
     id: str
-    backend: str  # "claude" | "codex" | "gemini" | "opencode" | "mock"
+    backend: str  # an id of `threadline.backends.registry.BACKEND_IDS`
     cwd: str
     model: str | None = None
     created_at: int  # unix seconds
