@@ -111,8 +111,8 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
 
     import trio
 
-    from .backends.ledger import ProcessLedger, set_ledger
     from .backends.registry import create_backends
+    from .procs.ledger import ProcessLedger, set_ledger
     from .server.app import Server, serve_stdio
     from .store import ThreadStore
 
@@ -126,14 +126,15 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
 def _unusable_backend(backend: str, cli_path: str | None) -> str | None:
     """Why the operator's chosen backend cannot run here (its CLI is missing or not
     executable), or None. Only the binary is checked: that costs no CLI start."""
-    from .backends.executables import ProcessError, resolve_executable
+    from .backends.kit.cli_binary import resolve_cli
     from .backends.registry import SPECS
+    from .procs.executables import ProcessError
 
     command = cli_path or SPECS[backend].cli
     if command is None:
         return None
     try:
-        resolve_executable(command)
+        resolve_cli(command)
     except ProcessError as exc:
         tried = cli_path or f"{command} on PATH={os.environ.get('PATH', '')}"
         return f"AGENT_BACKEND={backend} cannot be used (tried {tried}): {exc}"
@@ -148,7 +149,7 @@ def _has_ledgers(run_dir: Path) -> bool:
 
 
 def _reap_stale(run_dir: Path) -> None:
-    from .backends.ledger import ProcessLedger
+    from .procs.ledger import ProcessLedger
 
     ProcessLedger(run_dir).reap_stale()
 

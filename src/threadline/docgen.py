@@ -314,7 +314,7 @@ async def _serve(home: Path, max_request: int | None = None) -> AsyncIterator[_C
     import trio
     import trio.testing
 
-    from .backends.mock import MockBackend
+    from .backends.mock.backend import MockBackend
     from .server.app import Server
     from .server.config import ServerConfig
     from .store import ThreadStore

@@ -28,8 +28,8 @@ from tests.support.client import (
     survivors,
     wait_gone,
 )
-from threadline.backends.catalog import BackendSpec
 from threadline.backends.registry import SPECS
+from threadline.backends.spec import BackendSpec
 
 pytestmark = pytest.mark.e2e
 

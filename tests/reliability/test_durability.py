@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from tests.support.inproc import inproc_server
-from threadline.backends.mock import MockBackend
+from threadline.backends.mock.backend import MockBackend
 from threadline.server.config import ServerConfig
 from threadline.store import LogEntry, ThreadStore, TurnCompletedEntry
 

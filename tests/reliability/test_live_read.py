@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from tests.support.inproc import inproc_server
-from threadline.backends.mock import MockBackend
+from threadline.backends.mock.backend import MockBackend
 from threadline.server.config import ServerConfig
 
 

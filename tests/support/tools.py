@@ -6,7 +6,7 @@
 
 `python -m tests.support.tools` prints one `cli npm-package pinned-version` line per CLI
 installed from npm: the pins `scripts/install-clis` reads, whose one source of truth is
-`threadline.backends.catalog` (the only import: benchmarks use this module too)."""
+`threadline.backends.registry` (the only import: benchmarks use this module too)."""
 
 from __future__ import annotations
 

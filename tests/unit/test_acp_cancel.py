@@ -21,7 +21,7 @@ import trio
 
 from tests.support.client import assert_items_balanced
 from tests.support.inproc import InProcClient, inproc_server
-from threadline.backends.gemini import GeminiBackend
+from threadline.backends.gemini.backend import GeminiBackend
 from threadline.server.config import ServerConfig
 
 AGENT = Path(__file__).with_name("fake_acp_agent.py")

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from threadline.backends import base as b
-from threadline.backends.acp import AcpError, AcpHost, AcpSession
+from threadline.backends.kit.acp import AcpError, AcpHost, AcpSession
 
 
 def session(cwd: Path, turn_running: bool = True) -> AcpSession:

@@ -21,8 +21,8 @@ import trio
 
 from tests.transcripts import transcript
 from threadline.backends import base as b
-from threadline.backends.acp import AcpError, AcpTurnMapper
-from threadline.backends.gemini import GeminiAcpSession
+from threadline.backends.gemini.backend import GeminiAcpSession
+from threadline.backends.kit.acp import AcpError, AcpTurnMapper
 from threadline.protocol import (
     AgentMessageItem,
     CommandExecutionItem,

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import trio
 
-from threadline.backends.api_errors import (
+from threadline.backends.codex.api import provider_url as codex_url
+from threadline.backends.kit.api_errors import (
     ConnectionWatch,
     is_connection_failure,
     no_credentials,
     refused,
     unreachable,
 )
-from threadline.backends.api_probe import connect_error, probe_target
-from threadline.backends.codex_api import provider_url as codex_url
-from threadline.backends.opencode_api import model_not_found, provider_url, stream_failure
+from threadline.backends.kit.api_probe import connect_error, probe_target
+from threadline.backends.opencode.api import model_not_found, provider_url, stream_failure
 from threadline.backends.registry import SPECS
 
 

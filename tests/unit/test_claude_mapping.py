@@ -10,7 +10,7 @@ import pytest
 
 from tests.transcripts import transcript
 from threadline.backends import base as b
-from threadline.backends.claude_mapping import ClaudeTurnMapper, structured_patch_diff
+from threadline.backends.claude.mapping import ClaudeTurnMapper, structured_patch_diff
 from threadline.protocol import (
     AgentMessageItem,
     CommandExecutionItem,

@@ -14,8 +14,8 @@ from typing import Any, cast
 import trio
 
 from threadline.backends import base as b
-from threadline.backends.acp import AcpTurnMapper
-from threadline.backends.opencode import OpenCodeAcpSession, _clean_patch
+from threadline.backends.kit.acp import AcpTurnMapper
+from threadline.backends.opencode.backend import OpenCodeAcpSession, _clean_patch
 from threadline.protocol import FileChangeItem, PatchKindAdd, PatchKindUpdate
 
 PATCH = (

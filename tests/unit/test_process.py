@@ -1,4 +1,4 @@
-"""threadline.backends.process against real processes (no mocks, real clock)."""
+"""threadline.procs.group against real processes (no mocks, real clock)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import trio
 
-from threadline.backends.process import (
+from threadline.backends.kit.spawn import open_cli_process
+from threadline.backends.registry import SPECS
+from threadline.procs.group import (
     DEFAULT_MAX_LINE,
     CliNotExecutable,
     CliNotFound,
@@ -29,7 +31,6 @@ from threadline.backends.process import (
     processes_gone,
     resolve_executable,
 )
-from threadline.backends.registry import SPECS
 from threadline.rpc import framing
 
 
@@ -157,6 +158,11 @@ async def test_missing_binary_raises_before_spawn(tmp_path: Path) -> None:
     with pytest.raises(CliNotFound) as info:
         async with open_group_process(["claude", "--version"], env=env):
             pytest.fail("body must not run")
+    assert str(info.value) == "claude: command not found (looked for 'claude' on PATH)"
+    # An agent CLI started through the backends' kit: the error names its install command.
+    with pytest.raises(CliNotFound) as info:
+        async with open_cli_process(["claude", "--version"], env=env):
+            pytest.fail("body must not run")
     assert str(info.value) == (
         "claude: command not found (looked for 'claude' on PATH). Install Claude Code with "
         f"`npm install -g @anthropic-ai/claude-code@{SPECS['claude'].pinned_version}`, or point "
@@ -164,7 +170,7 @@ async def test_missing_binary_raises_before_spawn(tmp_path: Path) -> None:
     )
     missing = tmp_path / "bin" / "codex"
     with pytest.raises(CliNotFound, match=f"codex: not found at {missing}. Install Codex with"):
-        async with open_group_process([str(missing)]):
+        async with open_cli_process([str(missing)]):
             pytest.fail("body must not run")
     assert descendant_pids(os.getpid()) == []
 

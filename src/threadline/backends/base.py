@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 import trio
 
+from ..procs.executables import ProcessError
 from ..protocol import (
     BackendCapabilities,
     CommandAction,
@@ -33,7 +34,8 @@ from ..protocol import (
     TurnPlanStep,
     UserInput,
 )
-from .catalog import BackendCheck
+from .kit.cli_binary import check_cli, resolve_cli
+from .spec import BackendCheck, BackendSpec
 
 __all__ = [
     "AgentMessageDelta",
@@ -346,19 +348,42 @@ class BackendSession(abc.ABC):
 
 
 class Backend(abc.ABC):
-    """A CLI adapter. One instance per server; `session()` opens one per thread."""
+    """A CLI adapter. One instance per server; `session()` opens one per thread. What it is
+    (id, modes, capabilities, its CLI) comes from its spec."""
 
-    id: str
-    display_name: str
-    modes: Sequence[str]
-    default_mode: str
+    def __init__(self, spec: BackendSpec) -> None:
+        self.spec = spec
 
-    @abc.abstractmethod
-    def capabilities(self, mode: str) -> BackendCapabilities: ...
+    @property
+    def id(self) -> str:
+        return self.spec.id
 
-    @abc.abstractmethod
+    @property
+    def display_name(self) -> str:
+        return self.spec.display_name
+
+    @property
+    def modes(self) -> Sequence[str]:
+        return self.spec.modes
+
+    @property
+    def default_mode(self) -> str:
+        return self.spec.default_mode
+
+    def capabilities(self, mode: str) -> BackendCapabilities:
+        return self.spec.capabilities[mode]
+
     async def check(self, cli_path: str | None = None) -> BackendCheck:
         """Is the CLI installed and runnable? Never raises; quick (a `--version` run)."""
+        return await check_cli(self.spec, cli_path)
+
+    def binary(self, settings: SessionSettings) -> str:
+        """The CLI to run for a thread (its `cliPath`, else the spec's command on the thread's
+        PATH); BackendError naming the install command when it is missing."""
+        try:
+            return resolve_cli(settings.cli_path or self.spec.cli or "", settings.env)
+        except ProcessError as exc:
+            raise BackendError(str(exc), codex_error_info="other") from None
 
     @abc.abstractmethod
     def session(self, settings: SessionSettings) -> AbstractAsyncContextManager[BackendSession]:

@@ -1,36 +1,39 @@
 """The one list of backends this build ships.
 
-`SPECS` costs no trio (`initialize`, config validation and `doctor` read it before the engine
-is imported); `create_backends()` loads the backend classes."""
+A backend is a package `backends/<id>/`: `spec.py` defines `SPEC` (what it is: no trio, so
+`initialize`, config validation and `doctor` read it before the engine is imported) and
+`backend.py` defines `create()` (the `Backend` the engine drives). Adding one is writing that
+package and adding its id to `PACKAGES`."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .catalog import CLAUDE, CODEX, GEMINI, MOCK, OPENCODE, BackendSpec
+from .spec import BackendSpec
 
 if TYPE_CHECKING:
     from .base import Backend
 
-__all__ = ["BACKEND_IDS", "SPECS", "create_backends"]
+__all__ = ["BACKEND_IDS", "PACKAGES", "SPECS", "create_backends"]
 
 #: Every shipped backend, in the order `initialize` and `doctor` list them.
-SPECS: dict[str, BackendSpec] = {s.id: s for s in (CLAUDE, CODEX, GEMINI, OPENCODE, MOCK)}
+PACKAGES = ("claude", "codex", "gemini", "opencode", "mock")
+
+
+def _spec(package: str) -> BackendSpec:
+    spec = import_module(f"{__package__}.{package}.spec").SPEC
+    assert isinstance(spec, BackendSpec) and spec.id == package, package
+    return spec
+
+
+SPECS: dict[str, BackendSpec] = {package: _spec(package) for package in PACKAGES}
 #: Every backend id a thread (or AGENT_BACKEND) may name.
-BACKEND_IDS: tuple[str, ...] = tuple(SPECS)
+BACKEND_IDS: tuple[str, ...] = PACKAGES
 
 
 def create_backends() -> dict[str, Backend]:
-    from .claude import ClaudeBackend
-    from .codex import CodexBackend
-    from .gemini import GeminiBackend
-    from .mock import MockBackend
-    from .opencode import OpenCodeBackend
-
+    """One instance of every backend, by id."""
     return {
-        "claude": ClaudeBackend(),
-        "codex": CodexBackend(),
-        "gemini": GeminiBackend(),
-        "opencode": OpenCodeBackend(),
-        "mock": MockBackend(),
+        package: import_module(f"{__package__}.{package}.backend").create() for package in PACKAGES
     }

@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..backends.catalog import BackendCheck
 from ..backends.registry import SPECS
+from ..backends.spec import BackendCheck
 from ..protocol.base import RequestId
 from ..protocol.methods import (
     BackendCapabilities,
@@ -77,7 +77,7 @@ def backend_info(
 
 def catalog_backend_infos(cli_path: str | None, cli_path_for: str | None) -> list[BackendInfo]:
     """Every shipped backend's info, checked now (blocking), from the catalog alone."""
-    from ..backends.cli_version import check_cli_now
+    from ..backends.kit.cli_binary import check_cli_now
 
     return [
         backend_info(

@@ -12,9 +12,10 @@ import msgspec
 import trio
 
 from ..backends.base import Backend, SessionSettings
-from ..backends.executables import ProcessError, resolve_executable
+from ..backends.kit.cli_binary import resolve_cli
 from ..backends.registry import SPECS
 from ..ids import InvalidId, new_id, validate_id
+from ..procs.executables import ProcessError
 from ..protocol import (
     AskForApproval,
     DangerFullAccessSandbox,
@@ -270,7 +271,7 @@ class ThreadService:
         if command is None:
             return
         try:
-            resolve_executable(command, settings.env)
+            resolve_cli(command, settings.env)
         except ProcessError as exc:
             raise RpcError(
                 INVALID_REQUEST, f"the {backend.id} backend cannot be used here: {exc}"

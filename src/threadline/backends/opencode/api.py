@@ -17,9 +17,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import TurnError
-from .api_errors import ConnectionWatch, is_connection_failure, no_credentials, refused, unreachable
-from .catalog import OPENCODE
+from ...protocol import TurnError
+from ..kit.api_errors import (
+    ConnectionWatch,
+    is_connection_failure,
+    no_credentials,
+    refused,
+    unreachable,
+)
+from .spec import SPEC
 
 __all__ = [
     "CHECK",
@@ -126,18 +132,18 @@ def give_up_error(
     if not watch.failed():
         return None
     url = provider_url(env, cwd, failure.provider)
-    return unreachable(OPENCODE, url, CHECK, failure.text, after=watch.elapsed())
+    return unreachable(SPEC, url, CHECK, failure.text, after=watch.elapsed())
 
 
 def api_error(message: str, status: int | None, url: str | None) -> TurnError | None:
     """The error that says what to do for a refused or unreachable API, else None."""
     if status == 401:
-        return refused(OPENCODE, url, message)
+        return refused(SPEC, url, message)
     if status is None and is_connection_failure(message):
-        return unreachable(OPENCODE, url or "its provider's base URL", CHECK, message)
+        return unreachable(SPEC, url or "its provider's base URL", CHECK, message)
     return None
 
 
 def no_model(detail: str) -> TurnError:
     """OpenCode has no usable model: no provider has credentials (or the model is unknown)."""
-    return no_credentials(OPENCODE, detail)
+    return no_credentials(SPEC, detail)

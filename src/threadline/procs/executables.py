@@ -1,14 +1,15 @@
 """Finding a CLI's executable, and the errors for one that cannot be started.
 
 Kept free of trio (and of everything heavy) so `initialize` can report the backends before the
-engine is loaded; `process` re-exports all of it."""
+engine is loaded; `group` re-exports all of it. `backends.kit.cli_binary.resolve_cli` adds
+the install command of a backend's CLI to the not-found message."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 
-__all__ = ["CliNotExecutable", "CliNotFound", "ProcessError", "install_hint", "resolve_executable"]
+__all__ = ["CliNotExecutable", "CliNotFound", "ProcessError", "resolve_executable"]
 
 
 class ProcessError(Exception):
@@ -21,21 +22,6 @@ class CliNotFound(ProcessError):
 
 class CliNotExecutable(ProcessError):
     """The CLI binary exists but cannot be executed."""
-
-
-def install_hint(command: str) -> str:
-    """How to install the agent CLI called `command` (a name or a path), or "" for a command
-    that is not one of the shipped backends' CLIs."""
-    from .registry import SPECS
-
-    name = os.path.basename(command)
-    spec = next((s for s in SPECS.values() if s.cli == name), None)
-    if spec is None or spec.install_command is None:
-        return ""
-    return (
-        f". Install {spec.display_name} with `{spec.install_command}`, or point "
-        "BACKEND_CLI_PATH (or thread/start config.cliPath) at its binary"
-    )
 
 
 def resolve_executable(name_or_path: str, env: Mapping[str, str] | None = None) -> str:
@@ -52,7 +38,7 @@ def resolve_executable(name_or_path: str, env: Mapping[str, str] | None = None) 
         path = os.path.abspath(name_or_path)
         label = os.path.basename(path) or name_or_path
         if not os.path.exists(path):
-            raise CliNotFound(f"{label}: not found at {path}{install_hint(label)}")
+            raise CliNotFound(f"{label}: not found at {path}")
         if os.path.isdir(path):
             raise CliNotExecutable(f"{label}: {path} is a directory")
         if not os.access(path, os.X_OK):
@@ -74,7 +60,4 @@ def resolve_executable(name_or_path: str, env: Mapping[str, str] | None = None) 
         raise CliNotExecutable(
             f"{name_or_path}: {not_executable} is not executable (permission denied)"
         )
-    raise CliNotFound(
-        f"{name_or_path}: command not found (looked for {name_or_path!r} on PATH)"
-        + install_hint(name_or_path)
-    )
+    raise CliNotFound(f"{name_or_path}: command not found (looked for {name_or_path!r} on PATH)")

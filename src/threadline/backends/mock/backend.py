@@ -29,10 +29,10 @@ from typing import Any
 import trio
 import trio.lowlevel
 
-from ..ids import new_id
-from ..protocol import (
+from ...ids import new_id
+from ...procs.group import ProcessError, open_group_process
+from ...protocol import (
     AgentMessageItem,
-    BackendCapabilities,
     CommandExecutionItem,
     DynamicToolCallItem,
     FileChangeItem,
@@ -49,10 +49,8 @@ from ..protocol import (
     TurnPlanStep,
     UnknownAction,
 )
-from . import base as b
-from .catalog import MOCK
-from .cli_version import check_cli
-from .process import ProcessError, open_group_process
+from .. import base as b
+from .spec import SPEC
 
 __all__ = ["MockBackend"]
 
@@ -321,23 +319,12 @@ class MockSession(b.BackendSession):
 
 
 class MockBackend(b.Backend):
-    id = MOCK.id
-    display_name = MOCK.display_name
-    modes = MOCK.modes
-    default_mode = MOCK.default_mode
-
-    def capabilities(self, mode: str) -> BackendCapabilities:
-        return MOCK.capabilities[mode]
-
-    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(MOCK, cli_path)
+    def __init__(self) -> None:
+        super().__init__(SPEC)
 
     @asynccontextmanager
-    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
         yield MockSession(settings)
-
-    def session(self, settings: b.SessionSettings) -> Any:
-        return self._session(settings)
 
     def models(self) -> list[Model]:
         return [
@@ -354,3 +341,7 @@ class MockBackend(b.Backend):
                 ],
             )
         ]
+
+
+def create() -> MockBackend:
+    return MockBackend()

@@ -32,10 +32,16 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from ..channels import receive_ready, send_ready
-from ..protocol import (
+from ...channels import receive_ready, send_ready
+from ...procs.group import (
+    GroupProcess,
+    LineTooLong,
+    ProcessError,
+    exit_status,
+    processes_gone,
+)
+from ...protocol import (
     AgentMessageItem,
-    BackendCapabilities,
     CommandAction,
     CommandExecutionItem,
     FileChangeItem,
@@ -60,20 +66,11 @@ from ..protocol import (
     WebSearchActionSearch,
     WebSearchItem,
 )
-from . import base as b
-from .api_errors import ConnectionWatch, is_connection_failure, no_credentials
-from .catalog import CODEX
-from .cli_version import check_cli
-from .codex_api import STATUS_TEXT, api_failure, provider_url, retry_status
-from .process import (
-    GroupProcess,
-    LineTooLong,
-    ProcessError,
-    exit_status,
-    open_group_process,
-    processes_gone,
-    resolve_executable,
-)
+from .. import base as b
+from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
+from ..kit.spawn import open_cli_process
+from .api import STATUS_TEXT, api_failure, provider_url, retry_status
+from .spec import SPEC
 
 __all__ = ["CodexBackend"]
 
@@ -211,7 +208,7 @@ class CodexAppServerSession(b.BackendSession):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=_env(self.settings, self.launcher_env),
@@ -416,7 +413,7 @@ class CodexAppServerSession(b.BackendSession):
         await ctx.set_backend_session_id(self.codex_thread_id)
         if self._logged_out and await self._no_login():
             detail = "codex is not logged in (`account/read`: no account)"
-            raise b.BackendError.of(no_credentials(CODEX, detail))
+            raise b.BackendError.of(no_credentials(SPEC, detail))
         self._logged_out = False
         if turn.bootstrap:
             # Codex takes the role natively as developer instructions (thread/start).
@@ -810,7 +807,7 @@ class CodexExecSession(b.BackendSession):
         self.last_error = None
         self._watch = ConnectionWatch()
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv(turn),
                 cwd=self.settings.cwd,
                 env=_env(self.settings, self.launcher_env),
@@ -952,23 +949,12 @@ def _error_info(message: str) -> str | dict[str, Any]:
 
 
 class CodexBackend(b.Backend):
-    id = CODEX.id
-    display_name = CODEX.display_name
-    modes = CODEX.modes
-    default_mode = CODEX.default_mode
-
-    def capabilities(self, mode: str) -> BackendCapabilities:
-        return CODEX.capabilities[mode]
-
-    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(CODEX, cli_path)
+    def __init__(self) -> None:
+        super().__init__(SPEC)
 
     @asynccontextmanager
-    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        try:
-            binary = resolve_executable(settings.cli_path or "codex", settings.env)
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        binary = self.binary(settings)
         binary, launcher_env = native_binary(binary)
         if settings.mode == "exec":
             yield CodexExecSession(settings, binary, launcher_env)
@@ -980,9 +966,6 @@ class CodexBackend(b.Backend):
                 yield session
             finally:
                 session.close()
-
-    def session(self, settings: b.SessionSettings) -> Any:
-        return self._session(settings)
 
     def models(self) -> list[Model]:
         efforts = [
@@ -1001,3 +984,7 @@ class CodexBackend(b.Backend):
                 supported_reasoning_efforts=efforts,
             )
         ]
+
+
+def create() -> CodexBackend:
+    return CodexBackend()

@@ -12,14 +12,46 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Mapping
 
-from .catalog import BackendCheck, BackendSpec
-from .executables import ProcessError, resolve_executable
+from ...procs.executables import CliNotFound, ProcessError, resolve_executable
+from ..spec import BackendCheck, BackendSpec
 
-__all__ = ["check_cli", "check_cli_now", "cli_version", "cli_version_now", "older_than_tested"]
+__all__ = [
+    "check_cli",
+    "check_cli_now",
+    "cli_version",
+    "cli_version_now",
+    "install_hint",
+    "older_than_tested",
+    "resolve_cli",
+]
 
 _VERSION_TIMEOUT = 10.0
 _cache: dict[tuple[str, float], str | None] = {}
+
+
+def install_hint(command: str) -> str:
+    """How to install the agent CLI called `command` (a name or a path), or "" for a command
+    that is not one of the shipped backends' CLIs."""
+    from ..registry import SPECS
+
+    name = os.path.basename(command)
+    spec = next((s for s in SPECS.values() if s.cli == name), None)
+    if spec is None or spec.install_command is None:
+        return ""
+    return (
+        f". Install {spec.display_name} with `{spec.install_command}`, or point "
+        "BACKEND_CLI_PATH (or thread/start config.cliPath) at its binary"
+    )
+
+
+def resolve_cli(command: str, env: Mapping[str, str] | None = None) -> str:
+    """`resolve_executable` for an agent CLI: a missing one's error names its install command."""
+    try:
+        return resolve_executable(command, env)
+    except CliNotFound as exc:
+        raise CliNotFound(f"{exc}{install_hint(command)}") from None
 
 
 def _package_version(path: str) -> str | None:
@@ -98,7 +130,7 @@ def _resolve(spec: BackendSpec, cli_path: str | None) -> str | BackendCheck:
     if spec.cli is None:
         return BackendCheck(available=True, version="builtin", credentials=spec.no_credentials)
     try:
-        return resolve_executable(cli_path or spec.cli)
+        return resolve_cli(cli_path or spec.cli)
     except ProcessError as exc:
         return BackendCheck(available=False, message=str(exc))
 

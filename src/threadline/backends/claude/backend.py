@@ -27,9 +27,9 @@ from typing import Any
 import msgspec
 import trio
 
-from ..channels import receive_ready, send_ready
-from ..protocol import (
-    BackendCapabilities,
+from ...channels import receive_ready, send_ready
+from ...procs.group import GroupProcess, LineTooLong, ProcessError
+from ...protocol import (
     Model,
     ReasoningEffortOption,
     ThreadTokenUsage,
@@ -37,11 +37,10 @@ from ..protocol import (
     ToolRequestUserInputOption,
     ToolRequestUserInputQuestion,
 )
-from . import base as b
-from .catalog import CLAUDE
-from .claude_mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult, api_url
-from .cli_version import check_cli
-from .process import GroupProcess, LineTooLong, ProcessError, open_group_process, resolve_executable
+from .. import base as b
+from ..kit.spawn import open_cli_process
+from .mapping import EDIT_TOOLS, ClaudeTurnMapper, TurnResult, api_url
+from .spec import SPEC
 
 __all__ = ["ClaudeBackend"]
 
@@ -210,7 +209,7 @@ class ClaudeStreamSession(b.BackendSession):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=_env(self.settings),
@@ -578,7 +577,7 @@ class ClaudePrintSession(b.BackendSession):
             await ctx.mark_role_bootstrap_applied()
         decoder = msgspec.json.Decoder()
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=_env(self.settings),
@@ -642,38 +641,18 @@ def _unattended_flags() -> list[str]:
 
 
 class ClaudeBackend(b.Backend):
-    id = CLAUDE.id
-    display_name = CLAUDE.display_name
-    modes = CLAUDE.modes
     honours_max_turns = True
     honours_allowed_tools = True
-    default_mode = CLAUDE.default_mode
 
     def __init__(self) -> None:
+        super().__init__(SPEC)
         #: Session ids recorded for a thread whose transcript the CLI never wrote (it was
         #: killed first): `--resume` of them fails, so they restart under the same id.
         self._unsaved: set[str] = set()
 
-    def capabilities(self, mode: str) -> BackendCapabilities:
-        return CLAUDE.capabilities[mode]
-
-    def _binary(self, settings_or_path: b.SessionSettings | str | None) -> str:
-        if isinstance(settings_or_path, b.SessionSettings):
-            path = settings_or_path.cli_path or "claude"
-            env = settings_or_path.env
-        else:
-            path, env = settings_or_path or "claude", None
-        return resolve_executable(path, env)
-
-    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(CLAUDE, cli_path)
-
     @asynccontextmanager
-    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        try:
-            binary = self._binary(settings)
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        binary = self.binary(settings)
         if settings.mode == "print":
             yield ClaudePrintSession(settings, binary, self._unsaved)
             return
@@ -684,9 +663,6 @@ class ClaudeBackend(b.Backend):
                 yield session
             finally:
                 await session.close()
-
-    def session(self, settings: b.SessionSettings) -> Any:
-        return self._session(settings)
 
     def models(self) -> list[Model]:
         efforts = [
@@ -711,3 +687,7 @@ class ClaudeBackend(b.Backend):
                 ("haiku", "Claude Haiku", "Alias resolved by the claude CLI"),
             )
         ]
+
+
+def create() -> ClaudeBackend:
+    return ClaudeBackend()

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import TurnError
-from .catalog import BackendSpec
+from ...protocol import TurnError
+from ..spec import BackendSpec
 
 __all__ = [
     "CONNECT_BUDGET",

@@ -1,7 +1,7 @@
 """Gemini CLI backend.
 
 ACP mode (default): a long-lived `gemini --acp` per cwd, threads multiplexed as ACP sessions
-(`backends/acp.py`): streamed text and thoughts, real approvals (`session/request_permission`),
+(`backends/kit/acp.py`): streamed text and thoughts, real approvals (`session/request_permission`),
 `session/cancel`, `session/load` for resume.
 
 Headless mode (`config.mode: "headless"`): `gemini -p … -o stream-json` per turn with
@@ -31,9 +31,12 @@ from typing import Any
 
 import trio
 
-from ..protocol import (
+from ...procs.group import (
+    ProcessError,
+    exit_status,
+)
+from ...protocol import (
     AgentMessageItem,
-    BackendCapabilities,
     CommandExecutionItem,
     DynamicToolCallItem,
     FileChangeItem,
@@ -51,18 +54,18 @@ from ..protocol import (
     WebSearchActionSearch,
     WebSearchItem,
 )
-from . import base as b
-from .acp import AcpError, AcpPool, AcpSession, AcpTurnMapper
-from .api_errors import ConnectionWatch, is_connection_failure, no_credentials, refused, unreachable
-from .api_probe import probe_target, watch_api
-from .catalog import GEMINI
-from .cli_version import check_cli
-from .process import (
-    ProcessError,
-    exit_status,
-    open_group_process,
-    resolve_executable,
+from .. import base as b
+from ..kit.acp import AcpError, AcpPool, AcpSession, AcpTurnMapper
+from ..kit.api_errors import (
+    ConnectionWatch,
+    is_connection_failure,
+    no_credentials,
+    refused,
+    unreachable,
 )
+from ..kit.api_probe import probe_target, watch_api
+from ..kit.spawn import open_cli_process
+from .spec import SPEC
 
 __all__ = ["GeminiBackend"]
 
@@ -105,9 +108,9 @@ def api_url(env: dict[str, str]) -> str:
 def _api_failure(message: str, status: int | None, env: dict[str, str]) -> TurnError | None:
     """The error that says what to do for a refused or unreachable API, else None."""
     if status == 401:
-        return refused(GEMINI, api_url(env), message)
+        return refused(SPEC, api_url(env), message)
     if is_connection_failure(message):
-        return unreachable(GEMINI, api_url(env), _CHECK, message)
+        return unreachable(SPEC, api_url(env), _CHECK, message)
     return None
 
 
@@ -182,7 +185,7 @@ class GeminiAcpSession(AcpSession):
 
         watch = ConnectionWatch(budget=PROBE_BUDGET)
         error = await watch_api(target, watch, quiet_since)
-        self.give_up(unreachable(GEMINI, url, _CHECK, error, after=watch.elapsed()))
+        self.give_up(unreachable(SPEC, url, _CHECK, error, after=watch.elapsed()))
 
     async def configure(self) -> None:
         if self.settings.approval_policy == "never":
@@ -229,7 +232,7 @@ class GeminiHeadlessSession(b.BackendSession):
         prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         run = _HeadlessTurn(self.settings.env)
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=_env(self.settings),
@@ -354,14 +357,14 @@ class _HeadlessTurn:
             return
         url = api_url(self.env)
         detail = line.partition("Error: ")[2] or line
-        self.gave_up = unreachable(GEMINI, url, _CHECK, detail, after=self.watch.elapsed())
+        self.gave_up = unreachable(SPEC, url, _CHECK, detail, after=self.watch.elapsed())
         self.scope.cancel()
 
 
 def _no_result(code: int, detail: str) -> b.BackendError:
     """Why headless gemini exited without a result (exit 41: no credentials)."""
     if code == 41:
-        return b.BackendError.of(no_credentials(GEMINI, detail))
+        return b.BackendError.of(no_credentials(SPEC, detail))
     meaning = _EXIT_MEANING.get(code)
     text = meaning[0] if meaning else f"gemini exited ({exit_status(code)}) without a result"
     return b.BackendError(
@@ -529,29 +532,16 @@ def _finish_tool(item: ThreadItem, event: dict[str, Any]) -> ThreadItem:
 
 
 class GeminiBackend(b.Backend):
-    id = GEMINI.id
-    display_name = GEMINI.display_name
-    modes = GEMINI.modes
-    default_mode = GEMINI.default_mode
-
     def __init__(self) -> None:
+        super().__init__(SPEC)
         self._pool = AcpPool("gemini --acp")
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._pool.attach(nursery)
 
-    def capabilities(self, mode: str) -> BackendCapabilities:
-        return GEMINI.capabilities[mode]
-
-    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(GEMINI, cli_path)
-
     @asynccontextmanager
-    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        try:
-            binary = resolve_executable(settings.cli_path or "gemini", settings.env)
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        binary = self.binary(settings)
         if settings.mode == "headless":
             yield GeminiHeadlessSession(settings, binary)
             return
@@ -572,9 +562,6 @@ class GeminiBackend(b.Backend):
             finally:
                 session.close()
 
-    def session(self, settings: b.SessionSettings) -> Any:
-        return self._session(settings)
-
     def models(self) -> list[Model]:
         efforts = [ReasoningEffortOption(reasoning_effort="medium", description="default")]
         return [
@@ -594,3 +581,7 @@ class GeminiBackend(b.Backend):
                 ("gemini-2.5-flash", "passed to gemini -m"),
             )
         ]
+
+
+def create() -> GeminiBackend:
+    return GeminiBackend()

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..protocol import (
+from ...protocol import (
     AgentMessageItem,
     CommandExecutionItem,
     DynamicToolCallItem,
@@ -46,15 +46,15 @@ from ..protocol import (
     WebSearchActionSearch,
     WebSearchItem,
 )
-from . import base as b
-from .api_errors import (
+from .. import base as b
+from ..kit.api_errors import (
     ConnectionWatch,
     is_connection_failure,
     no_credentials,
     refused,
     unreachable,
 )
-from .catalog import CLAUDE
+from .spec import SPEC
 
 __all__ = [
     "EDIT_TOOLS",
@@ -514,7 +514,7 @@ class ClaudeTurnMapper:
                 )
             ]
         if sub == "compact_boundary":
-            from ..protocol import ContextCompactionItem
+            from ...protocol import ContextCompactionItem
 
             item = ContextCompactionItem(id=str(msg.get("uuid") or "compaction"))
             return [b.ItemStarted(item), b.ItemCompleted(item)]
@@ -529,24 +529,24 @@ class ClaudeTurnMapper:
         retrying = f"attempt {msg.get('attempt')} of {msg.get('max_retries')}"
         if status == 401 or msg.get("error") == "authentication_failed":
             if self.watch.refused():
-                self.give_up = refused(CLAUDE, self.url, f"claude was retrying it ({retrying})")
+                self.give_up = refused(SPEC, self.url, f"claude was retrying it ({retrying})")
         elif status is None:
             delay = msg.get("retry_delay_ms")
             next_delay = delay / 1000 if isinstance(delay, (int, float)) else None
             if self.watch.failed(next_delay):
                 detail = f"no answer; claude was retrying ({retrying})"
                 self.give_up = unreachable(
-                    CLAUDE, self.url, _CHECK, detail, after=self.watch.elapsed()
+                    SPEC, self.url, _CHECK, detail, after=self.watch.elapsed()
                 )
 
     def _api_error(self, status: Any, message: str) -> TurnError | None:
         """The error that says what to do, for a refused, missing or unreachable API."""
         if status == 401:
-            return refused(CLAUDE, self.url, message)
+            return refused(SPEC, self.url, message)
         if status is None and self._synthetic_kind == "authentication_failed":
-            return no_credentials(CLAUDE, message)  # "Not logged in · Please run /login"
+            return no_credentials(SPEC, message)  # "Not logged in · Please run /login"
         if status is None and is_connection_failure(message):
-            return unreachable(CLAUDE, self.url, _CHECK, message)
+            return unreachable(SPEC, self.url, _CHECK, message)
         return None
 
     def result(self, msg: dict[str, Any]) -> TurnResult:

@@ -1,7 +1,7 @@
 """OpenCode backend.
 
 ACP mode (default): a long-lived `opencode acp` per cwd (its start-up costs seconds, so never
-per turn), threads multiplexed as ACP sessions (`backends/acp.py`).
+per turn), threads multiplexed as ACP sessions (`backends/kit/acp.py`).
 
 Run mode (`config.mode: "run"`): `opencode run --format json` per turn, prompt on stdin then
 EOF (run reads all of stdin; an open pipe hangs it), `PWD` = the thread's cwd (run prefers
@@ -30,9 +30,12 @@ from typing import Any
 
 import trio
 
-from ..protocol import (
+from ...procs.group import (
+    ProcessError,
+    exit_status,
+)
+from ...protocol import (
     AgentMessageItem,
-    BackendCapabilities,
     CommandExecutionItem,
     DynamicToolCallItem,
     FileChangeItem,
@@ -51,8 +54,8 @@ from ..protocol import (
     TurnPlanStep,
     UnknownAction,
 )
-from . import base as b
-from .acp import (
+from .. import base as b
+from ..kit.acp import (
     _PROMPT_DONE,
     AcpError,
     AcpHost,
@@ -61,10 +64,9 @@ from .acp import (
     AcpTurnMapper,
     error_info_for_code,
 )
-from .api_errors import ConnectionWatch
-from .catalog import OPENCODE
-from .cli_version import check_cli
-from .opencode_api import (
+from ..kit.api_errors import ConnectionWatch
+from ..kit.spawn import open_cli_process
+from .api import (
     LOG_FLAGS,
     StreamFailure,
     api_error,
@@ -73,12 +75,7 @@ from .opencode_api import (
     no_model,
     stream_failure,
 )
-from .process import (
-    ProcessError,
-    exit_status,
-    open_group_process,
-    resolve_executable,
-)
+from .spec import SPEC
 
 __all__ = ["OpenCodeBackend"]
 
@@ -163,7 +160,7 @@ class OpenCodeRunSession(b.BackendSession):
             await ctx.mark_role_bootstrap_applied()
         run = _RunState(_env(self.settings), self.settings.cwd)
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=run.env,
@@ -682,29 +679,16 @@ def _acp_stderr_line(host: AcpHost, line: str) -> None:
 
 
 class OpenCodeBackend(b.Backend):
-    id = OPENCODE.id
-    display_name = OPENCODE.display_name
-    modes = OPENCODE.modes
-    default_mode = OPENCODE.default_mode
-
     def __init__(self) -> None:
+        super().__init__(SPEC)
         self._pool = AcpPool("opencode acp", _acp_stderr_line)
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._pool.attach(nursery)
 
-    def capabilities(self, mode: str) -> BackendCapabilities:
-        return OPENCODE.capabilities[mode]
-
-    async def check(self, cli_path: str | None = None) -> b.BackendCheck:
-        return await check_cli(OPENCODE, cli_path)
-
     @asynccontextmanager
-    async def _session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        try:
-            binary = resolve_executable(settings.cli_path or "opencode", settings.env)
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        binary = self.binary(settings)
         if settings.mode == "run":
             yield OpenCodeRunSession(settings, binary)
             return
@@ -724,9 +708,6 @@ class OpenCodeBackend(b.Backend):
             finally:
                 session.close()
 
-    def session(self, settings: b.SessionSettings) -> Any:
-        return self._session(settings)
-
     def models(self) -> list[Model]:
         efforts = [ReasoningEffortOption(reasoning_effort="medium", description="default")]
         return [
@@ -741,3 +722,7 @@ class OpenCodeBackend(b.Backend):
                 supported_reasoning_efforts=efforts,
             )
         ]
+
+
+def create() -> OpenCodeBackend:
+    return OpenCodeBackend()

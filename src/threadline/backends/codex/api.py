@@ -20,9 +20,9 @@ import re
 import tomllib
 from typing import Any
 
-from ..protocol import TurnError
-from .api_errors import is_connection_failure, no_credentials, refused, unreachable
-from .catalog import CODEX
+from ...protocol import TurnError
+from ..kit.api_errors import is_connection_failure, no_credentials, refused, unreachable
+from .spec import SPEC
 
 __all__ = ["CHECK", "STATUS_TEXT", "api_failure", "provider_url", "retry_status"]
 
@@ -77,9 +77,9 @@ def api_failure(
     found = _URL.search(text + " ")
     url = found.group(1) if found else fallback_url
     if status == 401:
-        return refused(CODEX, url, text)
+        return refused(SPEC, url, text)
     if "Missing environment variable" in text:
-        return no_credentials(CODEX, text)
+        return no_credentials(SPEC, text)
     if status is None and is_connection_failure(text):
-        return unreachable(CODEX, url, CHECK, text, after=after)
+        return unreachable(SPEC, url, CHECK, text, after=after)
     return None

@@ -27,8 +27,14 @@ from typing import Any
 import msgspec
 import trio
 
-from ..channels import receive_ready
-from ..protocol import (
+from ...channels import receive_ready
+from ...procs.group import (
+    GroupProcess,
+    LineTooLong,
+    ProcessError,
+    processes_gone,
+)
+from ...protocol import (
     AgentMessageItem,
     CommandExecutionItem,
     DynamicToolCallItem,
@@ -48,16 +54,10 @@ from ..protocol import (
     WebSearchActionSearch,
     WebSearchItem,
 )
-from . import base as b
+from .. import base as b
+from ..registry import SPECS
 from .api_errors import no_credentials
-from .process import (
-    GroupProcess,
-    LineTooLong,
-    ProcessError,
-    open_group_process,
-    processes_gone,
-)
-from .registry import SPECS
+from .spawn import open_cli_process
 
 __all__ = ["AcpError", "AcpHost", "AcpPool", "AcpSession", "AcpTurnMapper", "error_info_for_code"]
 
@@ -153,7 +153,7 @@ class AcpHost:
         early_exit: b.BackendError | None = None
         handler = self.on_stderr_line
         try:
-            async with open_group_process(
+            async with open_cli_process(
                 self.argv,
                 cwd=self.cwd,
                 env=self.env,

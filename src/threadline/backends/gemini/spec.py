@@ -1,0 +1,42 @@
+"""What the gemini backend is, without loading it (no trio): read by the registry."""
+
+from __future__ import annotations
+
+from ...protocol.methods import BackendCapabilities
+from ..spec import BackendSpec, acp_capabilities
+
+__all__ = ["SPEC"]
+
+SPEC = BackendSpec(
+    id="gemini",
+    display_name="Gemini CLI",
+    modes=("acp", "headless"),
+    default_mode="acp",
+    capabilities={
+        "acp": acp_capabilities("gemini --acp"),
+        "headless": BackendCapabilities(
+            approvals=False,
+            interrupt=False,
+            resume=True,
+            deltas=True,
+            reasoning=False,
+            images=False,
+            invocation=(
+                "`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd "
+                "turn"
+            ),
+            role_injection="bootstrap text prepended to the first prompt",
+        ),
+    },
+    cli="gemini",
+    npm_package="@google/gemini-cli",
+    pinned_version="0.61.0",
+    oldest_tested="0.61.0",
+    login_fix="set GEMINI_API_KEY (or run `gemini` once to sign in with Google)",
+    credential_files=("~/.gemini/oauth_creds.json",),
+    credentials=(
+        ("GEMINI_API_KEY", "GEMINI_API_KEY set"),
+        ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
+    ),
+    no_credentials="no GEMINI_API_KEY (a logged-in CLI may still work)",
+)

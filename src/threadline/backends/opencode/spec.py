@@ -1,0 +1,38 @@
+"""What the opencode backend is, without loading it (no trio): read by the registry."""
+
+from __future__ import annotations
+
+from ...protocol.methods import BackendCapabilities
+from ..spec import BackendSpec, acp_capabilities
+
+__all__ = ["SPEC"]
+
+SPEC = BackendSpec(
+    id="opencode",
+    display_name="OpenCode",
+    modes=("acp", "run"),
+    default_mode="acp",
+    capabilities={
+        "acp": acp_capabilities("opencode acp"),
+        "run": BackendCapabilities(
+            approvals=False,
+            interrupt=False,
+            resume=True,
+            deltas=False,
+            reasoning=True,
+            images=False,
+            invocation=(
+                "`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn"
+            ),
+            role_injection="bootstrap text prepended to the first prompt",
+        ),
+    },
+    cli="opencode",
+    npm_package="opencode-ai",
+    pinned_version="1.18.33",
+    oldest_tested="1.18.33",
+    login_fix="run `opencode auth login` (or set the provider's API key, e.g. ANTHROPIC_API_KEY)",
+    credential_files=("$XDG_DATA_HOME/opencode/auth.json", "~/.local/share/opencode/auth.json"),
+    credentials=(("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set"),),
+    no_credentials="provider credentials come from opencode's own config (opencode auth)",
+)

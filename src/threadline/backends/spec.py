@@ -1,0 +1,115 @@
+"""What each shipped backend is, without loading it: id, modes, capabilities per mode, the
+CLI's name and how to tell whether credentials look configured.
+
+This module costs no trio: `initialize` is answered from it before the engine is imported
+(see `threadline.server.handshake`). The backend classes read their facts from here, so the
+two cannot drift."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..protocol.methods import BackendCapabilities
+
+__all__ = ["BackendCheck", "BackendSpec", "acp_capabilities"]
+
+
+@dataclass
+class BackendCheck:
+    """Result of `Backend.check()`: is the CLI usable here?"""
+
+    available: bool
+    path: str | None = None
+    version: str | None = None
+    message: str | None = None
+    credentials: str | None = None
+    #: The CLI is older than the oldest version the tests passed on (`message` says more).
+    outdated: bool = False
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    id: str
+    display_name: str
+    modes: tuple[str, ...]
+    default_mode: str
+    capabilities: Mapping[str, BackendCapabilities]
+    #: The CLI's command name; None for a backend that runs in-process.
+    cli: str | None = None
+    #: (variable, hint) pairs: the first variable set gives the credentials hint.
+    credentials: tuple[tuple[str, str], ...] = ()
+    no_credentials: str = "none needed"
+    #: The npm package that ships the CLI (None: not installed from npm).
+    npm_package: str | None = None
+    #: The CLI version the project's tests pin (`scripts/install-clis` installs it).
+    pinned_version: str | None = None
+    #: The oldest CLI version the tests have passed on; older installs are reported.
+    oldest_tested: str | None = None
+    #: What to do when the model API refuses the credentials (HTTP 401 / not logged in).
+    login_fix: str | None = None
+    #: Files a logged-in CLI keeps its credentials in (`~` and `$VAR` expanded; the first that
+    #: exists counts).
+    credential_files: tuple[str, ...] = ()
+
+    @property
+    def install_command(self) -> str | None:
+        """The command that installs the pinned CLI, or None for an in-process backend."""
+        if self.npm_package is None:
+            return None
+        pin = f"@{self.pinned_version}" if self.pinned_version else ""
+        return f"npm install -g {self.npm_package}{pin}"
+
+    def credentials_hint(self, env: Mapping[str, str]) -> str:
+        """Whether credentials look configured: the first variable set in `env` (never its
+        value), else a login file, else what to do."""
+        hint = next((hint for var, hint in self.credentials if env.get(var)), None)
+        if hint is not None:
+            return hint
+        for pattern in self.credential_files:
+            path = _expand(pattern, env)
+            if path is not None and os.path.isfile(path):
+                return f"logged in ({pattern})"
+        if self.login_fix is None:
+            return self.no_credentials
+        return f"none found: {self.login_fix}"
+
+
+def _expand(pattern: str, env: Mapping[str, str]) -> str | None:
+    """`pattern` with `~` and `$VAR` taken from `env`; None when a variable is unset."""
+    missing = False
+
+    def var(match: re.Match[str]) -> str:
+        nonlocal missing
+        value = env.get(match.group(1))
+        missing = missing or not value
+        return value or ""
+
+    text = re.sub(r"\$([A-Z_][A-Z0-9_]*)", var, pattern)
+    if missing:
+        return None
+    if text.startswith("~"):
+        home = env.get("HOME")
+        if not home:
+            return None
+        text = home + text[1:]
+    return text
+
+
+def acp_capabilities(command: str) -> BackendCapabilities:
+    """An ACP agent's mode: the same for every CLI that speaks ACP."""
+    return BackendCapabilities(
+        approvals=True,
+        interrupt=True,
+        resume=True,
+        deltas=True,
+        reasoning=True,
+        images=False,
+        invocation=(
+            f"one `{command}` per working directory shared by its threads (ACP over stdio);"
+            " resume with `session/load`"
+        ),
+        role_injection="bootstrap text block prepended to the first prompt",
+    )
