@@ -174,7 +174,7 @@ def _exec_resume(binary: str, sid: str) -> list[str]:
 def _codex(base: Path) -> Iterator[Setup]:
     from tests.fakes.openai_responses import FakeResponses, Rule, Step, Text, codex_env, codex_home
 
-    from threadline.backends.codex import native_binary
+    from threadline.backends.codex.invocation import native_binary
 
     codex = find_cli("codex")
     native, launcher_env = native_binary(codex)

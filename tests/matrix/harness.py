@@ -614,12 +614,12 @@ class CodexHarness(Harness):
 
     @property
     def real_cli(self) -> str:
-        from threadline.backends.codex.backend import native_binary
+        from threadline.backends.codex.invocation import native_binary
 
         return native_binary(str(self.env.codex))[0]
 
     def real_cli_env(self) -> dict[str, str]:
-        from threadline.backends.codex.backend import native_binary
+        from threadline.backends.codex.invocation import native_binary
 
         return native_binary(str(self.env.codex))[1]
 

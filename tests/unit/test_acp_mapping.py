@@ -21,7 +21,7 @@ import trio
 
 from tests.transcripts import transcript
 from threadline.backends import base as b
-from threadline.backends.gemini.backend import GeminiAcpSession
+from threadline.backends.gemini.acp import GeminiAcpSession
 from threadline.backends.kit.acp import AcpError, AcpTurnMapper
 from threadline.protocol import (
     AgentMessageItem,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from threadline.backends.codex.backend import _NPM_TARGETS, native_binary
+from threadline.backends.codex.invocation import _NPM_TARGETS, native_binary
 
 TARGET = _NPM_TARGETS.get((sys.platform, platform.machine().lower()))
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.transcripts import transcript
 from threadline.backends import base as b
-from threadline.backends.codex.backend import CodexExecSession, _error_info, _exec_item
+from threadline.backends.codex.exec import CodexExecSession, _error_info, _exec_item
 from threadline.backends.registry import SPECS
 from threadline.protocol import (
     AgentMessageItem,

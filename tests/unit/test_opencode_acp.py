@@ -15,7 +15,7 @@ import trio
 
 from threadline.backends import base as b
 from threadline.backends.kit.acp import AcpTurnMapper
-from threadline.backends.opencode.backend import OpenCodeAcpSession, _clean_patch
+from threadline.backends.opencode.acp import OpenCodeAcpSession, _clean_patch
 from threadline.protocol import FileChangeItem, PatchKindAdd, PatchKindUpdate
 
 PATCH = (

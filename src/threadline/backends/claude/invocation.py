@@ -1,0 +1,140 @@
+"""How claude is run and what its exits mean: argv, environment, the user message, usage totals,
+turn endings."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from typing import Any
+
+from ...procs.group import GroupProcess
+from ...protocol import (
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+)
+from .. import base as b
+from .mapping import TurnResult
+
+__all__ = []
+
+_DECLINE_MESSAGE = "The user declined this tool use."
+
+
+def _base_argv(settings: b.SessionSettings, binary: str) -> list[str]:
+    argv = [binary, "--output-format", "stream-json", "--verbose", "--include-partial-messages"]
+    if settings.model and settings.model != "default":
+        argv += ["--model", settings.model]
+    argv += ["--max-turns", str(settings.max_turns)]
+    if settings.allowed_tools:
+        argv += ["--allowedTools", ",".join(settings.allowed_tools)]
+    mode = settings.config.get("permissionMode")
+    if isinstance(mode, str) and mode:
+        argv += ["--permission-mode", mode]
+    if settings.role_prompt:
+        argv += ["--append-system-prompt", settings.role_prompt]
+    return argv
+
+
+def _session_flag(
+    settings: b.SessionSettings, unsaved: set[str] | None = None
+) -> tuple[list[str], str | None]:
+    """`--resume=<id>` for a session that already has a transcript, else a fresh
+    `--session-id=<uuid>` (equals form: an id can never be taken for a flag). A session id in
+    `unsaved` was recorded, but the CLI never saved its transcript: it starts afresh under
+    the same id."""
+    sid = settings.backend_session_id
+    if sid and sid in (unsaved or ()):
+        return [f"--session-id={sid}"], None
+    if sid:
+        return [f"--resume={sid}"], sid
+    fresh = str(uuid.uuid4())
+    return [f"--session-id={fresh}"], None
+
+
+_NO_CONVERSATION = "No conversation found with session ID"
+
+
+def _missing_session(message: dict[str, Any]) -> str | None:
+    """The session id of a `--resume` the CLI refused because it has no transcript for it
+    (it was killed before it wrote one: recorded at `system/init`, the id outlives the
+    process that never saved the conversation), else None."""
+    if message.get("type") != "result" or not message.get("is_error"):
+        return None
+    errors = message.get("errors")
+    if not isinstance(errors, list) or not any(_NO_CONVERSATION in str(e) for e in errors):
+        return None
+    sid = message.get("session_id")
+    return sid if isinstance(sid, str) else None
+
+
+def _env(settings: b.SessionSettings) -> dict[str, str]:
+    env = dict(settings.env)
+    env.pop("CLAUDECODE", None)  # set inside a Claude Code session; makes the CLI refuse to nest
+    env["PWD"] = settings.cwd
+    return env
+
+
+def _user_message(turn: b.TurnInput) -> bytes:
+    blocks: list[dict[str, Any]] = []
+    if turn.bootstrap:
+        blocks.append({"type": "text", "text": turn.bootstrap})
+    blocks.append({"type": "text", "text": turn.text})
+    message = {
+        "type": "user",
+        "message": {"role": "user", "content": blocks},
+        "parent_tool_use_id": None,
+    }
+    return json.dumps(message).encode() + b"\n"
+
+
+def _failure_from_exit(proc: GroupProcess, what: str) -> b.BackendError:
+    code = proc.returncode
+    tail = proc.stderr_tail(2000)
+    if code is not None and code < 0:
+        # A negative status is a signal (kill -9, the OOM killer): say which, in words a user
+        # understands, instead of a bare "exit code -9".
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        detail = f" (killed by {name})"
+    else:
+        detail = f" (exit code {code})" if code is not None else ""
+    message = f"claude {what}{detail}"
+    if tail:
+        message += f": {tail}"
+    return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
+
+class _UsageTotals:
+    def __init__(self) -> None:
+        self.total: TokenUsageBreakdown | None = None
+
+    def add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
+        t = self.total
+        if t is None:
+            self.total = last
+        else:
+            self.total = TokenUsageBreakdown(
+                total_tokens=t.total_tokens + last.total_tokens,
+                input_tokens=t.input_tokens + last.input_tokens,
+                cached_input_tokens=t.cached_input_tokens + last.cached_input_tokens,
+                output_tokens=t.output_tokens + last.output_tokens,
+                reasoning_output_tokens=0,
+                cache_write_input_tokens=(t.cache_write_input_tokens or 0)
+                + (last.cache_write_input_tokens or 0),
+            )
+        return ThreadTokenUsage(total=self.total, last=last)
+
+
+async def _finish_turn(
+    result: TurnResult,
+    ctx: b.TurnContext,
+    usage: _UsageTotals,
+) -> b.TurnOutcome:
+    if result.session_id:
+        await ctx.set_backend_session_id(result.session_id)
+    if result.usage is not None:
+        await ctx.emit(b.TokenUsageUpdated(usage.add(result.usage)))
+    return b.TurnOutcome(result.status, result.error)

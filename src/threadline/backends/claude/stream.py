@@ -1,0 +1,416 @@
+"""Claude Code's stream mode: one live `claude -p --input-format stream-json` per thread, approvals
+over its control protocol."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import msgspec
+import trio
+
+from ...channels import receive_ready, send_ready
+from ...procs.group import GroupProcess, LineTooLong, ProcessError
+from ...protocol import (
+    ToolRequestUserInputOption,
+    ToolRequestUserInputQuestion,
+)
+from .. import base as b
+from ..kit.spawn import open_cli_process
+from .invocation import (
+    _DECLINE_MESSAGE,
+    _base_argv,
+    _env,
+    _failure_from_exit,
+    _finish_turn,
+    _missing_session,
+    _session_flag,
+    _UsageTotals,
+    _user_message,
+)
+from .mapping import EDIT_TOOLS, ClaudeTurnMapper, api_url
+
+__all__ = ["ClaudeStreamSession"]
+
+log = logging.getLogger("threadline.backend.claude")
+
+
+class ClaudeStreamSession(b.BackendSession):
+    def __init__(
+        self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
+    ) -> None:
+        self.settings = settings
+        self.binary = binary
+        #: session ids whose transcript the CLI never wrote (shared by the backend's sessions)
+        self.unsaved = unsaved if unsaved is not None else set()
+        self.proc: GroupProcess | None = None
+        self._messages_send, self._messages = trio.open_memory_channel[dict[str, Any] | None](
+            10_000
+        )
+        self._write_lock = trio.Lock()
+        self._request_seq = 0
+        self._usage = _UsageTotals()
+        self._in_turn = False
+        self._exited = trio.Event()
+        self._close_stdin = trio.Event()
+
+    # -- process ---------------------------------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        flags, _ = _session_flag(self.settings, self.unsaved)
+        return [
+            *_base_argv(self.settings, self.binary),
+            "--input-format",
+            "stream-json",
+            "--permission-prompt-tool",
+            "stdio",
+            *flags,
+        ]
+
+    async def run_process(
+        self,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_cli_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=_env(self.settings),
+                stdin="pipe",
+                name="claude",
+                grace=3.0,
+            ) as proc:
+                self.proc = proc
+                task_status.started()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_stdout, proc, nursery.cancel_scope)
+                    await self._write_control({"subtype": "initialize", "hooks": None})
+                    await self._close_stdin.wait()
+                    await proc.close_stdin()
+                    # The CLI flushes its transcript after stdin EOF; give it a moment.
+                    with trio.move_on_after(5):
+                        await proc.wait()
+                    nursery.cancel_scope.cancel()
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        finally:
+            self.healthy = False
+            self._exited.set()
+            self._messages_send.close()
+
+    async def _read_stdout(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
+        decoder = msgspec.json.Decoder()
+        while True:
+            try:
+                line = await proc.read_line()
+            except LineTooLong as exc:
+                log.warning("claude printed an oversized line: %s", exc)
+                continue
+            if line is None:
+                break
+            if not line.startswith(b"{"):
+                log.debug("claude (non-JSON stdout): %s", line[:200])
+                continue
+            try:
+                message = decoder.decode(line)
+            except msgspec.DecodeError:
+                log.warning("claude printed invalid JSON: %s", line[:200])
+                continue
+            if isinstance(message, dict):
+                await send_ready(self._messages_send, message)
+        await proc.wait()
+        await self._messages_send.send(None)  # EOF marker: the CLI is gone
+        scope.cancel()
+
+    async def _write(self, message: dict[str, Any] | bytes) -> None:
+        proc = self.proc
+        if proc is None:
+            raise b.BackendError("claude is not running")
+        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
+        async with self._write_lock:
+            try:
+                await proc.write(data)
+            except ProcessError as exc:
+                self.healthy = False
+                raise _failure_from_exit(proc, f"stopped accepting input ({exc})") from None
+
+    async def _write_control(self, request: dict[str, Any]) -> str:
+        self._request_seq += 1
+        request_id = f"req_{self._request_seq}_threadline"
+        await self._write({"type": "control_request", "request_id": request_id, "request": request})
+        return request_id
+
+    async def close(self) -> None:
+        self._close_stdin.set()
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self._in_turn and not self._exited.is_set():
+            await self._write_control({"subtype": "interrupt"})
+
+    def stop_commands(self, since: float) -> None:
+        """Kill the commands the CLI started since `since` (the engine calls this right after
+        `interrupt`): its Bash tool runs each in a process group of its own."""
+        if self.proc is not None and self._in_turn:
+            self.proc.kill_escaped(since)
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        proc = self.proc
+        # Whatever arrived between turns belongs to no turn (but tells whether the CLI
+        # refused to resume a conversation it never saved).
+        exited = False
+        while True:
+            try:
+                leftover = self._messages.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if leftover is None:
+                exited = True
+                break
+            self._check_resumable(leftover)
+        if proc is None or self._exited.is_set() or proc.returncode is not None:
+            self.healthy = False
+            raise b.SessionLost("claude is not running")
+        if exited:
+            self.healthy = False
+            lost = _failure_from_exit(proc, "exited between turns")
+            raise b.SessionLost(lost.message, additional_details=lost.additional_details)
+        mapper = ClaudeTurnMapper(cwd=self.settings.cwd, url=api_url(self.settings.env))
+        self._in_turn = True
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()
+        try:
+            try:
+                await self._write(_user_message(turn))
+            except b.BackendError as exc:
+                raise b.SessionLost(
+                    exc.message, additional_details=exc.additional_details
+                ) from None
+            try:
+                async with trio.open_nursery() as nursery:
+                    pending: dict[str, trio.CancelScope] = {}
+                    try:
+                        return await self._consume(ctx, mapper, nursery, pending)
+                    finally:
+                        for scope in pending.values():
+                            scope.cancel()
+            except* b.SessionLost as lost:
+                # (unwrapped from the nursery's group: the engine retries a lost session)
+                raise lost.exceptions[0] from None
+        finally:
+            self._in_turn = False
+
+    async def _consume(
+        self,
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        nursery: trio.Nursery,
+        pending: dict[str, trio.CancelScope],
+    ) -> b.TurnOutcome:
+        assert self.proc is not None
+        pending_tools: dict[str, str] = {}  # control request id -> tool_use_id
+        interrupted = False
+        while True:
+            try:
+                message = await receive_ready(self._messages)
+            except trio.EndOfChannel:
+                message = None
+            if message is None:
+                self.healthy = False
+                raise _failure_from_exit(self.proc, "exited in the middle of a turn")
+            mtype = message.get("type")
+            if mtype == "result":
+                self._check_resumable(message)
+                result = mapper.result(message)
+                return await _finish_turn(result, ctx, self._usage)
+            if mtype == "control_request":
+                request = message.get("request") or {}
+                request_id = str(message.get("request_id"))
+                if request.get("subtype") == "can_use_tool":
+                    scope = trio.CancelScope()
+                    pending[request_id] = scope
+                    pending_tools[request_id] = str(request.get("tool_use_id") or request_id)
+                    nursery.start_soon(
+                        self._permission, ctx, mapper, request_id, request, scope, pending
+                    )
+                else:
+                    await self._write(
+                        {
+                            "type": "control_response",
+                            "response": {
+                                "subtype": "error",
+                                "request_id": request_id,
+                                "error": f"threadline does not handle {request.get('subtype')}",
+                            },
+                        }
+                    )
+                continue
+            if mtype == "control_cancel_request":
+                withdrawn = str(message.get("request_id"))
+                scope_to_cancel = pending.pop(withdrawn, None)
+                if scope_to_cancel is not None:
+                    scope_to_cancel.cancel()
+                    # The CLI withdrew an unanswered approval (interrupt): the tool never ran.
+                    # Record that now, synchronously: the synthetic is_error tool_result that
+                    # follows must complete the item as `declined`, not `failed`, and the
+                    # permission task may only notice its cancellation after that.
+                    tool_id = pending_tools.get(withdrawn)
+                    if tool_id is not None:
+                        mapper.decisions.setdefault(tool_id, "cancel")
+                continue
+            if mtype == "control_response":
+                continue
+            if mtype == "system" and message.get("subtype") == "init":
+                sid = message.get("session_id")
+                if isinstance(sid, str):
+                    # The transcript exists from now on: later spawns resume it.
+                    await ctx.set_backend_session_id(sid)
+                    self.settings.backend_session_id = sid
+                    self.unsaved.discard(sid)
+            for event in mapper.feed(message):
+                await ctx.emit(event)
+            if mapper.give_up is not None and not interrupted:
+                # Its retries cannot help (see ClaudeTurnMapper.give_up): stop them; the
+                # `result` that follows ends the turn with the mapper's error.
+                interrupted = True
+                await self._write_control({"subtype": "interrupt"})
+
+    def _check_resumable(self, message: dict[str, Any]) -> None:
+        """A `--resume` of a conversation the CLI never saved fails every time: remember the
+        id (the next spawn starts it afresh) and end this session; the engine reopens it and
+        runs the turn again, since nothing of it happened yet."""
+        sid = _missing_session(message)
+        if sid is not None:
+            self.unsaved.add(sid)
+            self.healthy = False
+            raise b.SessionLost(f"claude has no saved conversation {sid}; starting it afresh")
+
+    async def _permission(
+        self,
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        request_id: str,
+        request: dict[str, Any],
+        scope: trio.CancelScope,
+        pending: dict[str, trio.CancelScope],
+    ) -> None:
+        tool = str(request.get("tool_name") or "tool")
+        args = request.get("input") if isinstance(request.get("input"), dict) else {}
+        assert isinstance(args, dict)
+        tool_id = str(request.get("tool_use_id") or request_id)
+        response: dict[str, Any] | None = None
+        with scope:
+            if tool == "AskUserQuestion":
+                response = await self._ask_user(ctx, mapper, tool_id, args)
+            else:
+                response = await self._approve(ctx, mapper, tool, tool_id, args, request)
+        pending.pop(request_id, None)
+        if scope.cancelled_caught or response is None:
+            return  # withdrawn by the CLI (control_cancel_request) or the turn ended
+        await self._write(
+            {
+                "type": "control_response",
+                "response": {"subtype": "success", "request_id": request_id, "response": response},
+            }
+        )
+
+    async def _approve(
+        self,
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        tool: str,
+        tool_id: str,
+        args: dict[str, Any],
+        request: dict[str, Any],
+    ) -> dict[str, Any]:
+        if tool_id not in mapper.tools:
+            item = mapper.item_for_tool(tool_id, tool, args)
+            mapper.tools[tool_id] = item
+            await ctx.emit(b.ItemStarted(item))
+        reason = (
+            request.get("decision_reason") or request.get("title") or request.get("description")
+        )
+        if tool == "Bash":
+            approval = b.ApprovalRequest(
+                kind="command",
+                item_id=tool_id,
+                command=str(args.get("command", "")),
+                cwd=self.settings.cwd,
+                reason=str(reason) if reason else None,
+            )
+        elif tool in EDIT_TOOLS:
+            approval = b.ApprovalRequest(
+                kind="fileChange", item_id=tool_id, reason=str(reason) if reason else None
+            )
+        else:
+            approval = b.ApprovalRequest(
+                kind="tool",
+                item_id=tool_id,
+                tool=tool,
+                arguments=args,
+                reason=str(reason) if reason else None,
+            )
+        decision = await ctx.request_approval(approval)
+        mapper.decisions[tool_id] = decision
+        if decision == "accept":
+            return {"behavior": "allow", "updatedInput": args}
+        if decision == "acceptForSession":
+            if tool == "Bash":
+                update: dict[str, Any] = {
+                    "type": "addRules",
+                    "behavior": "allow",
+                    "destination": "session",
+                    "rules": [{"toolName": "Bash", "ruleContent": str(args.get("command", ""))}],
+                }
+            elif tool in EDIT_TOOLS:
+                update = {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+            else:
+                update = {
+                    "type": "addRules",
+                    "behavior": "allow",
+                    "destination": "session",
+                    "rules": [{"toolName": tool}],
+                }
+            # destination "session" only: never write .claude/settings.local.json into the repo.
+            return {"behavior": "allow", "updatedInput": args, "updatedPermissions": [update]}
+        if decision == "cancel":
+            return {"behavior": "deny", "message": _DECLINE_MESSAGE, "interrupt": True}
+        return {"behavior": "deny", "message": _DECLINE_MESSAGE}
+
+    async def _ask_user(
+        self, ctx: b.TurnContext, mapper: ClaudeTurnMapper, tool_id: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if tool_id not in mapper.tools:
+            item = mapper.item_for_tool(tool_id, "AskUserQuestion", args)
+            mapper.tools[tool_id] = item
+            await ctx.emit(b.ItemStarted(item))
+        raw_questions = [q for q in args.get("questions") or [] if isinstance(q, dict)]
+        questions = []
+        for i, q in enumerate(raw_questions):
+            options = [
+                ToolRequestUserInputOption(
+                    label=str(o.get("label", "")), description=str(o.get("description", ""))
+                )
+                for o in q.get("options") or []
+                if isinstance(o, dict)
+            ]
+            questions.append(
+                ToolRequestUserInputQuestion(
+                    id=f"q{i}",
+                    header=str(q.get("header") or "Question"),
+                    question=str(q.get("question", "")),
+                    options=options or None,
+                )
+            )
+        answers = await ctx.request_user_input(tool_id, questions)
+        if answers is None:
+            mapper.decisions[tool_id] = "decline"
+            return {"behavior": "deny", "message": "The user did not answer."}
+        mapped = {
+            str(q.get("question", "")): ", ".join(answers.get(f"q{i}") or [])
+            for i, q in enumerate(raw_questions)
+        }
+        return {"behavior": "allow", "updatedInput": {**args, "answers": mapped}}

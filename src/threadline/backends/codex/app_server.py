@@ -1,0 +1,537 @@
+"""Codex's app-server mode: one `codex app-server` per thread, its JSON-RPC proxied 1:1."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import msgspec
+import trio
+
+from ...channels import receive_ready, send_ready
+from ...procs.group import (
+    GroupProcess,
+    LineTooLong,
+    ProcessError,
+    processes_gone,
+)
+from ...protocol import (
+    CommandExecutionItem,
+    ToolRequestUserInputQuestion,
+    TurnError,
+    UnknownAction,
+    UserMessageItem,
+)
+from .. import base as b
+from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
+from ..kit.spawn import open_cli_process
+from .api import api_failure, provider_url, retry_status
+from .invocation import (
+    _ACTIONS_DECODER,
+    _COMMON_FLAGS,
+    _ERROR_DECODER,
+    _ITEM_DECODER,
+    _STEP_DECODER,
+    _STOP_WAIT,
+    _USAGE_DECODER,
+    _config_flags,
+    _convert,
+    _env,
+    _exit_error,
+)
+from .spec import SPEC
+
+log = logging.getLogger("threadline.backend.codex")
+
+
+class _RpcFailure(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", error)))
+        self.error = error
+
+
+class CodexAppServerSession(b.BackendSession):
+    def __init__(
+        self,
+        settings: b.SessionSettings,
+        binary: str,
+        launcher_env: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.binary = binary
+        self.launcher_env = launcher_env or {}
+        self.proc: GroupProcess | None = None
+        self.codex_thread_id: str | None = None
+        self._next_id = 1
+        self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._events_send, self._events = trio.open_memory_channel[dict[str, Any] | None](10_000)
+        self._write_lock = trio.Lock()
+        self._exited = trio.Event()
+        self._turn_id: str | None = None
+        self._closing = trio.Event()
+        # Command items of the running turn that have not been allowed to run (their approval
+        # is pending, declined or cancelled): an interrupt leaves nothing of theirs running.
+        self._not_running: set[str] = set()
+        self._nursery: trio.Nursery | None = None  # the process's: background requests
+        # Processes `stop_commands` killed in the running turn (pid -> start time).
+        self._stopped: dict[int, int] = {}
+        #: The provider needs an OpenAI login and `account/read` found none.
+        self._logged_out = False
+        #: The running turn's error once Codex's retries cannot help (it is interrupted).
+        self._gave_up: TurnError | None = None
+
+    def argv(self) -> list[str]:
+        return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
+
+    # -- process and JSON-RPC plumbing --------------------------------------------------------
+
+    async def run_process(
+        self,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_cli_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=_env(self.settings, self.launcher_env),
+                stdin="pipe",
+                name="codex app-server",
+                grace=3.0,
+            ) as proc:
+                self.proc = proc
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._read, proc, nursery.cancel_scope)
+                    await self._handshake()
+                    task_status.started()
+                    await self._closing.wait()
+                    await proc.close_stdin()  # app-server exits 0 on stdin EOF
+                    with trio.move_on_after(3):
+                        await proc.wait()
+                    nursery.cancel_scope.cancel()
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        finally:
+            self.healthy = False
+            self._exited.set()
+            self._events_send.close()
+            for chan in self._pending.values():
+                chan.close()
+
+    async def _read(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
+        decoder = msgspec.json.Decoder()
+        while True:
+            try:
+                line = await proc.read_line()
+            except LineTooLong as exc:
+                log.warning("codex printed an oversized line: %s", exc)
+                continue
+            if line is None:
+                break
+            try:
+                msg = decoder.decode(line)
+            except msgspec.DecodeError:
+                log.warning("codex printed invalid JSON: %s", line[:200])
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "method" not in msg and "id" in msg:
+                chan = self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+                if chan is not None:
+                    chan.send_nowait(msg)
+                continue
+            await send_ready(self._events_send, msg)
+        await proc.wait()
+        self.healthy = False
+        await self._events_send.send(None)
+        for chan in self._pending.values():
+            chan.close()
+        self._pending.clear()
+        scope.cancel()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        proc = self.proc
+        if proc is None or self._exited.is_set():
+            raise _exit_error(proc, "is not running")
+        async with self._write_lock:
+            try:
+                await proc.write(json.dumps(message).encode() + b"\n")
+            except ProcessError:
+                self.healthy = False
+                raise _exit_error(proc, "stopped accepting input") from None
+
+    async def request(
+        self, method: str, params: Any, timeout: float = 60, sent: trio.Event | None = None
+    ) -> Any:
+        rid = self._next_id
+        self._next_id += 1
+        send, recv = trio.open_memory_channel[dict[str, Any]](1)
+        self._pending[rid] = send
+        try:
+            await self._send({"id": rid, "method": method, "params": params})
+            if sent is not None:
+                sent.set()
+            with trio.fail_after(timeout):
+                try:
+                    response = await recv.receive()
+                except trio.EndOfChannel:
+                    raise _exit_error(self.proc, f"exited while answering {method}") from None
+        except trio.TooSlowError:
+            raise b.BackendError(
+                f"codex did not answer {method} within {timeout:.0f} s", codex_error_info="other"
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+        if "error" in response:
+            raise _RpcFailure(response["error"] if isinstance(response["error"], dict) else {})
+        return response.get("result")
+
+    async def _handshake(self) -> None:
+        await self.request(
+            "initialize",
+            {
+                "clientInfo": {"name": "threadline", "title": "threadline", "version": "1"},
+                "capabilities": {"experimentalApi": False},
+            },
+        )
+        await self._send({"method": "initialized"})
+        params: dict[str, Any] = {
+            "cwd": self.settings.cwd,
+            "approvalPolicy": self.settings.approval_policy,
+        }
+        if self.settings.model and self.settings.model != "default":
+            params["model"] = self.settings.model
+        if self.settings.sandbox:
+            params["sandbox"] = self.settings.sandbox
+        if self.settings.developer_instructions:
+            params["developerInstructions"] = self.settings.developer_instructions
+        if self.settings.base_instructions:
+            params["baseInstructions"] = self.settings.base_instructions
+        try:
+            if self.settings.backend_session_id:
+                # Codex does not keep sandbox/approval policy across resume: send them again.
+                result = await self.request(
+                    "thread/resume",
+                    {**params, "threadId": self.settings.backend_session_id, "excludeTurns": True},
+                )
+            else:
+                result = await self.request("thread/start", params)
+        except _RpcFailure as exc:
+            raise b.BackendError(
+                f"codex refused to open the thread: {exc}", codex_error_info="other"
+            ) from None
+        thread = (result or {}).get("thread") or {}
+        self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
+        self._logged_out = await self._no_login()
+
+    async def _no_login(self) -> bool:
+        """Whether the model provider needs an OpenAI login and Codex has none: it would send
+        its requests without credentials (`account/read`)."""
+        try:
+            account = await self.request("account/read", {}, timeout=10) or {}
+        except (_RpcFailure, b.BackendError):
+            return False
+        return bool(account.get("requiresOpenaiAuth")) and account.get("account") is None
+
+    def close(self) -> None:
+        self._closing.set()
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self._turn_id is None or self.codex_thread_id is None or self._exited.is_set():
+            return
+        params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
+        nursery = self._nursery
+        if nursery is None:
+            await self._interrupt(params)
+            return
+        # Return once the request is out, not when Codex answers it (its turn/completed ends
+        # the turn either way): the engine then kills the running command at once.
+        sent = trio.Event()
+        nursery.start_soon(self._interrupt, params, sent)
+        await sent.wait()
+
+    async def _interrupt(self, params: dict[str, Any], sent: trio.Event | None = None) -> None:
+        try:
+            await self.request("turn/interrupt", params, timeout=10, sent=sent)
+        except _RpcFailure as exc:
+            log.info("codex turn/interrupt: %s", exc)
+        except b.BackendError as exc:
+            log.warning("codex turn/interrupt: %s", exc.message)
+        finally:
+            if sent is not None:
+                sent.set()
+
+    def stop_commands(self, since: float) -> None:
+        """Kill the commands Codex started since `since` (the engine calls this right after
+        `interrupt`): Codex runs each in a session of its own (its sandbox helper), and
+        leaves an interrupted one running."""
+        if self.proc is not None and self._turn_id is not None:
+            self._stopped.update(self.proc.kill_escaped(since))
+
+    async def _commands_stopped(self) -> bool:
+        """Whether `stop_commands` killed something and all of it is gone (given up to
+        `_STOP_WAIT` s to go): then the interrupted turn left nothing running."""
+        if not self._stopped:
+            return False
+        with trio.move_on_after(_STOP_WAIT):
+            while not processes_gone(self._stopped):  # noqa: ASYNC110 - polling /proc
+                await trio.sleep(0.002)
+            return True
+        return False
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if self.codex_thread_id is None or self._exited.is_set():
+            raise _exit_error(self.proc, "is not running")
+        # The thread is this child's only thread; drop what arrived between turns.
+        while True:
+            try:
+                stale = self._events.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if stale is None:
+                raise _exit_error(self.proc, "exited between turns")
+        await ctx.set_backend_session_id(self.codex_thread_id)
+        if self._logged_out and await self._no_login():
+            detail = "codex is not logged in (`account/read`: no account)"
+            raise b.BackendError.of(no_credentials(SPEC, detail))
+        self._logged_out = False
+        if turn.bootstrap:
+            # Codex takes the role natively as developer instructions (thread/start).
+            await ctx.mark_role_bootstrap_applied()
+        try:
+            result = await self.request(
+                "turn/start",
+                {
+                    "threadId": self.codex_thread_id,
+                    "input": [msgspec.to_builtins(i) for i in turn.input],
+                },
+            )
+        except _RpcFailure as exc:
+            raise b.BackendError(
+                f"codex rejected the turn: {exc}", codex_error_info="other"
+            ) from None
+        self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
+        in_flight_commands: set[str] = set()
+        self._not_running = set()
+        self._stopped = {}
+        final_error: TurnError | None = None
+        watch = ConnectionWatch()
+        self._gave_up = None
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    msg = await self._next_event()
+                    if "id" in msg and "method" in msg:
+                        nursery.start_soon(self._server_request, msg, ctx)
+                        continue
+                    method = msg.get("method")
+                    params = msg.get("params") or {}
+                    if params.get("threadId") not in (None, self.codex_thread_id):
+                        continue
+                    if params.get("turnId") not in (None, self._turn_id) and method != "error":
+                        continue
+                    if method == "turn/completed":
+                        outcome = self._outcome(params.get("turn") or {}, final_error)
+                        if self._gave_up is not None:
+                            nursery.cancel_scope.cancel()
+                            return b.TurnOutcome("failed", self._gave_up)
+                        if (
+                            outcome.status == "interrupted"
+                            and (in_flight_commands - self._not_running)
+                            and not await self._commands_stopped()
+                        ):
+                            # Codex leaves an interrupted command running: unless the engine's
+                            # `stop_commands` killed it, restart the child (its process group
+                            # dies) and resume the thread next turn. Not for a command still
+                            # waiting for its approval: it never started, and a restart would
+                            # cost the next turn the app-server start-up.
+                            self.healthy = False
+                        nursery.cancel_scope.cancel()
+                        return outcome
+                    if method == "error":
+                        final_error = await self._error(params, ctx, watch) or final_error
+                        continue
+                    if str(method).startswith("item/"):
+                        watch.progress()  # the model answers
+                    await self._translate(method, params, ctx, in_flight_commands)
+        finally:
+            self._turn_id = None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _error(
+        self, params: dict[str, Any], ctx: b.TurnContext, watch: ConnectionWatch
+    ) -> TurnError | None:
+        """An `error` notification: a retry notice goes out (and may end the turn), a final
+        error is returned."""
+        err: TurnError | None = _convert(params.get("error"), _ERROR_DECODER)
+        if err is None or not params.get("willRetry"):
+            return err
+        await ctx.emit(b.RetryableError(err))
+        self._check_retry(err, watch)
+        return None
+
+    def _check_retry(self, err: TurnError, watch: ConnectionWatch) -> None:
+        """A retry notice: once retrying cannot help (a 401 again, or no connection for the
+        budget), interrupt the turn; it then ends with `_gave_up`."""
+        if self._gave_up is not None or self._turn_id is None:
+            return
+        status = retry_status(err)
+        text = err.additional_details or err.message
+        give_up = watch.refused() if status == 401 else None
+        if status is None and is_connection_failure(text):
+            give_up = watch.failed()
+        if not give_up:
+            return
+        url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
+        after = watch.elapsed() if status is None else None
+        self._gave_up = api_failure(text, status, url, after=after)
+        if self._nursery is not None and self._gave_up is not None:
+            params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
+            self._nursery.start_soon(self._interrupt, params)
+
+    async def _next_event(self) -> dict[str, Any]:
+        try:
+            msg = await receive_ready(self._events)
+        except trio.EndOfChannel:
+            msg = None
+        if msg is None:
+            self.healthy = False
+            raise _exit_error(self.proc, "exited in the middle of a turn")
+        return msg
+
+    def _outcome(self, turn: dict[str, Any], final_error: TurnError | None) -> b.TurnOutcome:
+        status = turn.get("status")
+        if status == "completed":
+            return b.TurnOutcome("completed")
+        if status == "interrupted":
+            return b.TurnOutcome("interrupted")
+        error = _convert(turn.get("error"), _ERROR_DECODER) or final_error
+        if error is not None:
+            url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
+            error = api_failure(error.message, retry_status(error), url) or error
+        return b.TurnOutcome(
+            "failed",
+            error or TurnError(message="codex reported a failed turn", codex_error_info="other"),
+        )
+
+    async def _translate(
+        self, method: Any, params: dict[str, Any], ctx: b.TurnContext, in_flight: set[str]
+    ) -> None:
+        item_id = str(params.get("itemId") or "")
+        match method:
+            case "item/started" | "item/completed":
+                item = _convert(params.get("item"), _ITEM_DECODER)
+                if item is None:
+                    log.info(
+                        "skipping a codex item this protocol does not model: %s",
+                        (params.get("item") or {}).get("type"),
+                    )
+                    return
+                if isinstance(item, UserMessageItem):
+                    return  # the engine reports the turn's input itself
+                if isinstance(item, CommandExecutionItem):
+                    (in_flight.add if method == "item/started" else in_flight.discard)(item.id)
+                await ctx.emit(
+                    b.ItemStarted(item) if method == "item/started" else b.ItemCompleted(item)
+                )
+            case "item/agentMessage/delta":
+                await ctx.emit(b.AgentMessageDelta(item_id, str(params.get("delta", ""))))
+            case "item/plan/delta":
+                await ctx.emit(b.PlanDelta(item_id, str(params.get("delta", ""))))
+            case "item/reasoning/summaryPartAdded":
+                await ctx.emit(
+                    b.ReasoningSummaryPartAdded(item_id, int(params.get("summaryIndex", 0)))
+                )
+            case "item/reasoning/summaryTextDelta":
+                await ctx.emit(
+                    b.ReasoningSummaryDelta(
+                        item_id, str(params.get("delta", "")), int(params.get("summaryIndex", 0))
+                    )
+                )
+            case "item/reasoning/textDelta":
+                await ctx.emit(
+                    b.ReasoningTextDelta(
+                        item_id, str(params.get("delta", "")), int(params.get("contentIndex", 0))
+                    )
+                )
+            case "item/commandExecution/outputDelta":
+                await ctx.emit(b.CommandOutputDelta(item_id, str(params.get("delta", ""))))
+            case "item/fileChange/outputDelta":
+                await ctx.emit(b.FileChangeOutputDelta(item_id, str(params.get("delta", ""))))
+            case "item/mcpToolCall/progress":
+                await ctx.emit(b.McpProgress(item_id, str(params.get("message", ""))))
+            case "turn/plan/updated":
+                steps = _convert(params.get("plan"), _STEP_DECODER)
+                if steps is not None:
+                    await ctx.emit(b.PlanUpdated(steps, params.get("explanation")))
+            case "turn/diff/updated":
+                await ctx.emit(b.DiffUpdated(str(params.get("diff", ""))))
+            case "thread/tokenUsage/updated":
+                usage = _convert(params.get("tokenUsage"), _USAGE_DECODER)
+                if usage is not None:
+                    await ctx.emit(b.TokenUsageUpdated(usage))
+            case "warning":
+                await ctx.emit(b.Warning(str(params.get("message", ""))))
+            case _:
+                pass  # status changes, rate limits, read state: ours are computed by the engine
+
+    async def _server_request(self, msg: dict[str, Any], ctx: b.TurnContext) -> None:
+        method = msg.get("method")
+        params = msg.get("params") or {}
+        item_id = str(params.get("itemId") or "")
+        result: dict[str, Any]
+        if method == "item/commandExecution/requestApproval":
+            self._not_running.add(item_id)
+            decision = await ctx.request_approval(
+                b.ApprovalRequest(
+                    kind="command",
+                    item_id=item_id,
+                    command=params.get("command"),
+                    cwd=params.get("cwd") or self.settings.cwd,
+                    reason=params.get("reason"),
+                    # Codex's own parse of the command (read/search/...), as on its item;
+                    # (was always `unknown` with the whole `bash -lc` line)
+                    command_actions=_convert(params.get("commandActions"), _ACTIONS_DECODER)
+                    or [UnknownAction(command=str(params.get("command") or ""))],
+                )
+            )
+            if decision in ("accept", "acceptForSession"):
+                self._not_running.discard(item_id)
+            result = {"decision": decision}
+        elif method == "item/fileChange/requestApproval":
+            decision = await ctx.request_approval(
+                b.ApprovalRequest(
+                    kind="fileChange",
+                    item_id=item_id,
+                    reason=params.get("reason"),
+                    grant_root=params.get("grantRoot"),
+                )
+            )
+            result = {"decision": decision}
+        elif method == "item/tool/requestUserInput":
+            questions = (
+                _convert(
+                    params.get("questions"),
+                    msgspec.json.Decoder(list[ToolRequestUserInputQuestion]),
+                )
+                or []
+            )
+            answers = await ctx.request_user_input(item_id, questions)
+            result = {"answers": {k: {"answers": v} for k, v in (answers or {}).items()}}
+        elif method == "item/permissions/requestApproval":
+            result = {"permissions": {}}  # fail closed: grant nothing
+        elif method == "mcpServer/elicitation/request":
+            result = {"action": "decline"}
+        else:
+            await self._send(
+                {
+                    "id": msg["id"],
+                    "error": {"code": -32601, "message": f"threadline does not handle {method}"},
+                }
+            )
+            return
+        await self._send({"id": msg["id"], "result": result})

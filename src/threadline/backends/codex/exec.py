@@ -1,0 +1,327 @@
+"""Codex's exec mode: `codex exec --json` spawned per turn, `codex exec resume` from the second."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import msgspec
+
+from ...procs.group import (
+    LineTooLong,
+    ProcessError,
+)
+from ...protocol import (
+    AgentMessageItem,
+    CommandExecutionItem,
+    FileChangeItem,
+    FileUpdateChange,
+    McpToolCallError,
+    McpToolCallItem,
+    McpToolCallResult,
+    PatchKindAdd,
+    PatchKindDelete,
+    PatchKindUpdate,
+    ReasoningItem,
+    ThreadItem,
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+    TurnError,
+    TurnPlanStep,
+    UnknownAction,
+    WebSearchActionSearch,
+    WebSearchItem,
+)
+from .. import base as b
+from ..kit.api_errors import ConnectionWatch, is_connection_failure
+from ..kit.spawn import open_cli_process
+from .api import STATUS_TEXT, api_failure, provider_url, retry_status
+from .invocation import _COMMON_FLAGS, _config_flags, _env, _exit_error
+
+_EXEC_STATUS: dict[str, Literal["inProgress", "completed", "failed", "declined"]] = {
+    "in_progress": "inProgress",
+    "completed": "completed",
+    "failed": "failed",
+    "declined": "declined",
+}
+
+
+def _exec_item(
+    raw: dict[str, Any], prefix: str, cwd: str
+) -> ThreadItem | list[TurnPlanStep] | str | None:
+    """A `codex exec --json` item → our item (or plan steps for todo_list, or a warning)."""
+    kind = raw.get("type")
+    item_id = f"{prefix}{raw.get('id', '')}"
+    status = _EXEC_STATUS.get(str(raw.get("status")), "inProgress")
+    if kind == "agent_message":
+        return AgentMessageItem(id=item_id, text=str(raw.get("text", "")))
+    if kind == "reasoning":
+        text = str(raw.get("text", ""))
+        return ReasoningItem(id=item_id, summary=[text] if text else [])
+    if kind == "command_execution":
+        command = str(raw.get("command", ""))
+        code = raw.get("exit_code")
+        return CommandExecutionItem(
+            id=item_id,
+            command=command,
+            cwd=cwd,
+            status=status,
+            command_actions=[UnknownAction(command=command)],
+            aggregated_output=raw.get("aggregated_output"),
+            exit_code=code if isinstance(code, int) else None,
+        )
+    if kind == "file_change":
+        kinds: dict[str, PatchKindAdd | PatchKindDelete] = {
+            "add": PatchKindAdd(),
+            "delete": PatchKindDelete(),
+        }
+        changes = [
+            FileUpdateChange(
+                path=str(c.get("path", "")),
+                kind=kinds.get(str(c.get("kind")), PatchKindUpdate()),
+                diff="",
+            )
+            for c in raw.get("changes") or []
+            if isinstance(c, dict)
+        ]
+        return FileChangeItem(
+            id=item_id, changes=changes, status="inProgress" if status == "inProgress" else status
+        )
+    if kind == "mcp_tool_call":
+        result = raw.get("result") if isinstance(raw.get("result"), dict) else None
+        error = raw.get("error") if isinstance(raw.get("error"), dict) else None
+        mcp_status: Literal["inProgress", "completed", "failed"] = (
+            "inProgress"
+            if status == "inProgress"
+            else ("failed" if status in ("failed", "declined") else "completed")
+        )
+        return McpToolCallItem(
+            id=item_id,
+            server=str(raw.get("server", "")),
+            tool=str(raw.get("tool", "")),
+            arguments=raw.get("arguments"),
+            status=mcp_status,
+            result=McpToolCallResult(content=list(result.get("content") or [])) if result else None,
+            error=McpToolCallError(message=str(error.get("message", ""))) if error else None,
+        )
+    if kind == "web_search":
+        query = str(raw.get("query", ""))
+        return WebSearchItem(id=item_id, query=query, action=WebSearchActionSearch(query=query))
+    if kind == "todo_list":
+        return [
+            TurnPlanStep(
+                step=str(t.get("text", "")), status="completed" if t.get("completed") else "pending"
+            )
+            for t in raw.get("items") or []
+            if isinstance(t, dict)
+        ]
+    if kind == "error":
+        return str(raw.get("message", ""))
+    return None
+
+
+def _usage(raw: Any) -> TokenUsageBreakdown | None:
+    if not isinstance(raw, dict):
+        return None
+
+    def n(key: str) -> int:
+        v = raw.get(key)
+        return v if isinstance(v, int) else 0
+
+    inp, out = n("input_tokens"), n("output_tokens")
+    return TokenUsageBreakdown(
+        total_tokens=inp + out,
+        input_tokens=inp,
+        cached_input_tokens=n("cached_input_tokens"),
+        output_tokens=out,
+        reasoning_output_tokens=n("reasoning_output_tokens"),
+        cache_write_input_tokens=n("cache_write_input_tokens"),
+    )
+
+
+class CodexExecSession(b.BackendSession):
+    def __init__(
+        self,
+        settings: b.SessionSettings,
+        binary: str,
+        launcher_env: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.binary = binary
+        self.launcher_env = launcher_env or {}
+        self._previous_total: TokenUsageBreakdown | None = None
+        #: The last `error` event's message (the reason given if the turn fails without one).
+        self.last_error: str | None = None
+        self._watch = ConnectionWatch()
+
+    def argv(self, turn: b.TurnInput) -> list[str]:
+        s = self.settings
+        argv = [
+            self.binary,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--cd",
+            s.cwd,
+            *_COMMON_FLAGS,
+            *_config_flags(s),
+        ]
+        if s.model and s.model != "default":
+            argv += ["--model", s.model]
+        if s.developer_instructions:
+            argv += ["-c", f"developer_instructions={json.dumps(s.developer_instructions)}"]
+        if s.base_instructions:
+            argv += ["-c", f"instructions={json.dumps(s.base_instructions)}"]
+        if s.approval_policy == "never":
+            argv.append("--dangerously-bypass-approvals-and-sandbox")
+        else:
+            argv += ["-s", s.sandbox or "read-only"]
+        if s.backend_session_id:
+            argv += ["resume", s.backend_session_id]
+        argv.append("-")  # the prompt comes from stdin (never argv: it may start with "-")
+        return argv
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
+        prefix = f"{turn.turn_id[-12:]}-"
+        decoder = msgspec.json.Decoder()
+        self.last_error = None
+        self._watch = ConnectionWatch()
+        try:
+            async with open_cli_process(
+                self.argv(turn),
+                cwd=self.settings.cwd,
+                env=_env(self.settings, self.launcher_env),
+                stdin="pipe",
+                name="codex exec",
+            ) as proc:
+                await proc.write(turn.text.encode())
+                await proc.close_stdin()
+                while True:
+                    try:
+                        line = await proc.read_line()
+                    except LineTooLong:
+                        continue
+                    if line is None:
+                        break
+                    try:
+                        event = decoder.decode(line)
+                    except msgspec.DecodeError:
+                        continue
+                    if not isinstance(event, dict):
+                        continue
+                    outcome = await self.handle_event(event, prefix, ctx)
+                    if outcome is not None:
+                        return outcome
+                await proc.wait()
+                raise _exit_error(
+                    proc,
+                    "exited without finishing the turn"
+                    + (f" ({self.last_error})" if self.last_error else ""),
+                )
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+
+    async def handle_event(
+        self, event: dict[str, Any], prefix: str, ctx: b.TurnContext
+    ) -> b.TurnOutcome | None:
+        """One `codex exec --json` event → normalized events; the outcome once the turn ends.
+        (Separate from the process loop so recorded transcripts can be replayed through it.)"""
+        etype = event.get("type")
+        if etype == "thread.started" and isinstance(event.get("thread_id"), str):
+            self.settings.backend_session_id = event["thread_id"]
+            await ctx.set_backend_session_id(event["thread_id"])
+        elif etype in ("item.started", "item.updated", "item.completed"):
+            self._watch.progress()
+            await self._item(event.get("item") or {}, etype, prefix, ctx)
+        elif etype == "turn.completed":
+            total = _usage(event.get("usage"))
+            if total is not None:
+                await ctx.emit(b.TokenUsageUpdated(self._usage(total)))
+            return b.TurnOutcome("completed")
+        elif etype == "turn.failed":
+            err = event.get("error") or {}
+            message = str(err.get("message") or self.last_error or "codex exec failed")
+            error = TurnError(message=message, codex_error_info=_error_info(message))
+            return b.TurnOutcome("failed", self._api_failure(error) or error)
+        elif etype == "error":
+            self.last_error = str(event.get("message", ""))
+            if self.last_error.startswith("Reconnecting"):
+                info = _error_info(self.last_error)
+                notice = TurnError(message=self.last_error, codex_error_info=info)
+                await ctx.emit(b.RetryableError(notice))
+                return self._check_retry(notice)
+        return None
+
+    def _api_failure(self, error: TurnError, after: float | None = None) -> TurnError | None:
+        url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
+        return api_failure(error.message, retry_status(error), url, after=after)
+
+    def _check_retry(self, notice: TurnError) -> b.TurnOutcome | None:
+        """A retry notice: the turn fails (and the CLI is stopped) once retrying cannot help:
+        a 401 again, or no connection for the budget."""
+        status = retry_status(notice)
+        if status == 401 and self._watch.refused():
+            error = self._api_failure(notice)
+        elif status is None and is_connection_failure(notice.message) and self._watch.failed():
+            error = self._api_failure(notice, self._watch.elapsed())
+        else:
+            return None
+        return None if error is None else b.TurnOutcome("failed", error)
+
+    def _usage(self, total: TokenUsageBreakdown) -> ThreadTokenUsage:
+        # exec reports the thread's cumulative usage; `last` is the difference. (A session
+        # opened on an existing thread does not know the earlier total: its first `last` is
+        # the cumulative figure.)
+        prev = self._previous_total
+        self._previous_total = total
+        if prev is None:
+            return ThreadTokenUsage(total=total, last=total)
+
+        def diff(now: int | None, before: int | None) -> int:
+            return max(0, (now or 0) - (before or 0))
+
+        last = TokenUsageBreakdown(
+            total_tokens=diff(total.total_tokens, prev.total_tokens),
+            input_tokens=diff(total.input_tokens, prev.input_tokens),
+            cached_input_tokens=diff(total.cached_input_tokens, prev.cached_input_tokens),
+            output_tokens=diff(total.output_tokens, prev.output_tokens),
+            reasoning_output_tokens=diff(
+                total.reasoning_output_tokens, prev.reasoning_output_tokens
+            ),
+            # (was left out: `last` then claimed no cache writes at all)
+            cache_write_input_tokens=diff(
+                total.cache_write_input_tokens, prev.cache_write_input_tokens
+            ),
+        )
+        return ThreadTokenUsage(total=total, last=last)
+
+    async def _item(self, raw: dict[str, Any], etype: str, prefix: str, ctx: b.TurnContext) -> None:
+        mapped = _exec_item(raw, prefix, self.settings.cwd)
+        if mapped is None:
+            return
+        if isinstance(mapped, list):
+            await ctx.emit(b.PlanUpdated(mapped))
+        elif isinstance(mapped, str):
+            await ctx.emit(b.Warning(mapped))
+        elif etype == "item.started":
+            await ctx.emit(b.ItemStarted(mapped))
+        elif etype == "item.completed":
+            await ctx.emit(b.ItemCompleted(mapped))
+
+
+def _error_info(message: str) -> str | dict[str, Any]:
+    """`codexErrorInfo` for an exec error text: what `codex app-server` reports for the same
+    failure (measured with 0.169.0), so a client sees the same value in both modes."""
+    if "high demand" in message:  # Codex's text for an HTTP 5xx it will not show
+        return "internalServerError"
+    if "Missing environment variable" in message:  # the provider's env_key is unset
+        return "unauthorized"
+    match = STATUS_TEXT.search(message)
+    if match:
+        status = int(match.group(1))
+        if message.startswith("exceeded retry limit"):
+            return {"responseTooManyFailedAttempts": {"httpStatusCode": status}}
+        return {"httpConnectionFailed": {"httpStatusCode": status}}
+    return "other"

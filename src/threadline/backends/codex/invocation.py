@@ -1,0 +1,118 @@
+"""How codex is run: flags, environment, the native binary behind the npm launcher, exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+import msgspec
+
+from ...procs.group import (
+    GroupProcess,
+    exit_status,
+)
+from ...protocol import (
+    CommandAction,
+    ThreadItem,
+    ThreadTokenUsage,
+    TurnError,
+    TurnPlanStep,
+)
+from .. import base as b
+
+__all__ = ["native_binary"]
+
+_STOP_WAIT = 0.5  # how long the commands killed on interrupt get to go before a restart
+
+
+_ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
+
+
+_USAGE_DECODER = msgspec.json.Decoder(ThreadTokenUsage)
+
+
+_ERROR_DECODER = msgspec.json.Decoder(TurnError)
+
+
+_STEP_DECODER = msgspec.json.Decoder(list[TurnPlanStep])
+
+
+_ACTIONS_DECODER = msgspec.json.Decoder(list[CommandAction])
+
+
+#: Flags for every Codex invocation: bounded retries (never hang on an unreachable provider).
+_COMMON_FLAGS = ("--disable", "unbounded_connection_retries")
+
+
+def _config_flags(settings: b.SessionSettings) -> list[str]:
+    """`config.codexConfig` {key: value} → `-c key=<TOML value>` overrides."""
+    extra = settings.config.get("codexConfig")
+    flags: list[str] = []
+    if isinstance(extra, dict):
+        for key, value in extra.items():
+            flags += ["-c", f"{key}={json.dumps(value)}"]
+    return flags
+
+
+def _env(settings: b.SessionSettings, launcher_env: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(settings.env)
+    env.update(launcher_env or {})
+    env["PWD"] = settings.cwd
+    return env
+
+
+#: Node platform → (Rust target triple, npm platform package) as in the npm launcher.
+_NPM_TARGETS = {
+    ("linux", "x86_64"): ("x86_64-unknown-linux-musl", "codex-linux-x64"),
+    ("linux", "aarch64"): ("aarch64-unknown-linux-musl", "codex-linux-arm64"),
+    ("darwin", "x86_64"): ("x86_64-apple-darwin", "codex-darwin-x64"),
+    ("darwin", "arm64"): ("aarch64-apple-darwin", "codex-darwin-arm64"),
+}
+
+
+def native_binary(path: str) -> tuple[str, dict[str, str]]:
+    """The native binary behind the npm package's Node launcher, and the environment the
+    launcher would add; `(path, {})` when `path` is not that launcher or the binary is missing.
+
+    Why: on Node < 22 `bin/codex.js` spawns the binary as a child (no execve), which costs
+    ~150-350 ms per start (measured: app-server ready 495 → 157 ms, an exec turn 826 → 470 ms,
+    reference codex-runtime.md §6) plus a Node process per thread; the reference recommends
+    running the binary directly. The lookup mirrors the launcher's own (`require.resolve` of the
+    platform package, then the package's own vendor/)."""
+    real = os.path.realpath(path)
+    if os.path.basename(real) != "codex.js" or os.path.basename(os.path.dirname(real)) != "bin":
+        return path, {}
+    package_root = os.path.dirname(os.path.dirname(real))
+    target = _NPM_TARGETS.get((sys.platform, platform.machine().lower()))
+    if target is None:
+        return path, {}
+    triple, platform_package = target
+    tail = ("vendor", triple, "bin", "codex")
+    for candidate in (
+        os.path.join(package_root, "node_modules", "@openai", platform_package, *tail),
+        os.path.join(os.path.dirname(package_root), platform_package, *tail),
+        os.path.join(package_root, *tail),
+    ):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            env = {"CODEX_MANAGED_BY_NPM": "1", "CODEX_MANAGED_PACKAGE_ROOT": package_root}
+            return candidate, env
+    return path, {}
+
+
+def _convert(raw: Any, decoder: msgspec.json.Decoder[Any]) -> Any:
+    try:
+        return decoder.decode(msgspec.json.encode(raw))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+
+
+def _exit_error(proc: GroupProcess | None, what: str) -> b.BackendError:
+    tail = proc.stderr_tail(2000) if proc is not None else ""
+    code = proc.returncode if proc is not None else None
+    message = f"codex {what}" + (f" ({exit_status(code)})" if code is not None else "")
+    if tail:
+        message += f": {tail}"
+    return b.BackendError(message, codex_error_info="other", additional_details=tail or None)

@@ -1,0 +1,349 @@
+"""One ACP agent process: JSON-RPC 2.0 over its stdio, requests both ways."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from ....procs.group import (
+    GroupProcess,
+    LineTooLong,
+    ProcessError,
+)
+from ... import base as b
+from ..spawn import open_cli_process
+
+log = logging.getLogger("threadline.backend.acp")
+
+__all__ = [
+    "AUTH_REQUIRED",
+    "AcpError",
+    "AcpHost",
+    "HostedSession",
+    "Prompt",
+    "RequestHandler",
+    "StderrHandler",
+    "error_info_for_code",
+]
+
+#: ACP's error code for "authentication required" (an agent with no credentials).
+AUTH_REQUIRED = -32000
+
+
+class AcpError(Exception):
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def error_info_for_code(code: int, message: str) -> str:
+    """Codex error info for an ACP error (Gemini uses the HTTP status as the code)."""
+    text = message.lower()
+    if code in (401, 403) or "401" in text or "unauthorized" in text or "api key" in text:
+        return "unauthorized"
+    if code == 429 or "429" in text or "rate limit" in text:
+        return "rateLimitExceeded"
+    if code == 400:
+        return "badRequest"
+    if 500 <= code < 600 or any(s in text for s in ("500", "internal server error", "overloaded")):
+        return "internalServerError"
+    return "other"
+
+
+RequestHandler = Callable[[str, dict[str, Any]], Any]
+
+
+#: Called with the host and each line its agent writes to stderr (must not block).
+StderrHandler = Callable[["AcpHost", str], None]
+
+
+class HostedSession(Protocol):
+    """What the host needs of a session it routes the agent's messages to."""
+
+    @property
+    def ignores_updates(self) -> bool: ...
+
+    @property
+    def in_turn(self) -> bool:
+        """A turn of this session is running."""
+        ...
+
+    def on_update(self, update: dict[str, Any]) -> None: ...
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    def host_died(self) -> None: ...
+
+
+class Prompt:
+    """One `session/prompt` in flight. It runs in the agent process's task, not the turn's,
+    so an interrupted turn can end before the agent answers it (Gemini first walks the killed
+    command's process tree with pgrep, OpenCode answers 70-800 ms late): the session stays
+    busy until the answer comes, and the next prompt (or a `session/load` of the session)
+    waits for it. Once the turn has ended without it (`detached`), nothing the agent sends for
+    the session reaches a turn until the next prompt, and the answer must come by the
+    scope's deadline (the interrupt grace, as when the turn waited for it), or the agent is
+    retired as a hung one."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self.answered = False  # with a result or an ACP error
+        self.result: Any = None
+        self.error: AcpError | None = None
+        self.failure: b.BackendError | None = None  # the request itself failed
+        self.detached = False  # its turn has ended
+        self.abandoned = False  # given up on (the agent was retired)
+
+
+class AcpHost:
+    """One ACP agent process and its JSON-RPC connection."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        cwd: str,
+        env: dict[str, str],
+        name: str,
+        on_stderr_line: StderrHandler | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.cwd = cwd
+        self.env = env
+        self.name = name
+        self.on_stderr_line = on_stderr_line
+        self.proc: GroupProcess | None = None
+        self.init_result: dict[str, Any] = {}
+        self.refs = 0
+        self.alive = False
+        #: Set when a session gave up on a prompt the agent never answered (a turn timeout, a
+        #: hard cancel): the agent may be wedged, so no new session is put on it and it stops
+        #: once its last session is gone.
+        self.retired = False
+        self._next_id = 0
+        self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._write_lock = trio.Lock()
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+        #: sessionId → callbacks of the session using it
+        self.sessions: dict[str, HostedSession] = {}
+        #: sessionId → its `session/prompt` the agent has not answered yet (also after the
+        #: turn that sent it ended: the session is busy until the answer comes).
+        self.prompts: dict[str, Prompt] = {}
+        self._idle_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None  # the host task's: prompts in flight
+
+    # lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Host task: spawn, initialize, serve until stopped. Never raises after `started`."""
+        started = False
+        early_exit: b.BackendError | None = None
+        handler = self.on_stderr_line
+        try:
+            async with open_cli_process(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin="pipe",
+                name=self.name,
+                grace=3.0,
+            ) as proc:
+                if handler is not None:
+                    proc.on_stderr_line = lambda line: handler(self, line)
+                self.proc = proc
+                self.alive = True
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._read, proc, nursery.cancel_scope)
+                    self.init_result = (
+                        await self.request(
+                            "initialize",
+                            {
+                                "protocolVersion": 1,
+                                # fs is not advertised: Gemini then does its own file I/O; OpenCode
+                                # calls fs/* anyway and we answer it (confined to the cwd).
+                                "clientCapabilities": {
+                                    "fs": {"readTextFile": False, "writeTextFile": False},
+                                    "terminal": False,
+                                },
+                                "clientInfo": {"name": "threadline", "version": "1"},
+                            },
+                            timeout=120,
+                        )
+                        or {}
+                    )
+                    started = True
+                    task_status.started()
+                    await self._stop.wait()
+                    await proc.close_stdin()  # ACP agents exit 0 on stdin EOF
+                    with trio.move_on_after(3):
+                        await proc.wait()
+                    nursery.cancel_scope.cancel()
+            if not started:
+                # The agent exited before answering `initialize`: the reader's end cancelled
+                # the pending request, so nothing raised (and `nursery.start` would report
+                # "child exited without calling task_status.started()" as an internal error).
+                early_exit = self.failure("exited during start-up")
+        except (ProcessError, AcpError, b.BackendError) as exc:
+            if not started:
+                raise b.BackendError(f"{self.name}: {exc}", codex_error_info="other") from None
+            log.warning("%s stopped: %s", self.name, exc)
+        except Exception:
+            if not started:
+                raise
+            log.exception("%s crashed", self.name)
+        finally:
+            self.alive = False
+            self._stopped.set()
+            for chan in self._pending.values():
+                chan.close()
+            self._pending.clear()
+            for session in list(self.sessions.values()):
+                session.host_died()
+        if early_exit is not None:
+            raise early_exit
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def start_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` in the host task (it ends with the agent process)."""
+        if self._nursery is None or not self.alive:
+            raise self.failure("is not running")
+        try:
+            self._nursery.start_soon(fn, *args)
+        except RuntimeError:  # the nursery is closing: the agent is going away
+            raise self.failure("is not running") from None
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def failure(self, what: str) -> b.BackendError:
+        tail = self.proc.stderr_tail(2000) if self.proc is not None else ""
+        code = self.proc.returncode if self.proc is not None else None
+        message = f"{self.name} {what}"
+        if code is not None and code < 0:
+            with suppress(ValueError):
+                message += f" (killed by {signal.Signals(-code).name})"
+        elif code is not None:
+            message += f" (exit code {code})"
+        if tail:
+            message += f": {tail}"
+        return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
+    # JSON-RPC
+
+    async def _read(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
+        decoder = msgspec.json.Decoder()
+        async with trio.open_nursery() as handlers:
+            while True:
+                try:
+                    line = await proc.read_line()
+                except LineTooLong as exc:
+                    log.warning("%s printed an oversized line: %s", self.name, exc)
+                    continue
+                if line is None:
+                    break
+                try:
+                    msg = decoder.decode(line)
+                except msgspec.DecodeError:
+                    log.debug("%s (non-JSON stdout): %s", self.name, line[:200])
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                if "method" in msg and "id" in msg:
+                    handlers.start_soon(self._answer, msg)
+                elif "method" in msg:
+                    self._notification(msg)
+                elif "id" in msg:
+                    chan = (
+                        self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+                    )
+                    if chan is not None:
+                        chan.send_nowait(msg)
+            await proc.wait()
+            self.alive = False
+            for session in list(self.sessions.values()):
+                session.host_died()
+            handlers.cancel_scope.cancel()
+        scope.cancel()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        proc = self.proc
+        if proc is None or not self.alive:
+            raise self.failure("is not running")
+        async with self._write_lock:
+            try:
+                await proc.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            except ProcessError:
+                raise self.failure("stopped accepting input") from None
+
+    async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
+        rid = self._next_id
+        self._next_id += 1
+        log.debug("%s: request %s %s", self.name, rid, method)
+        send, recv = trio.open_memory_channel[dict[str, Any]](1)
+        self._pending[rid] = send
+        try:
+            await self._send({"id": rid, "method": method, "params": params})
+            with trio.fail_after(timeout if timeout is not None else float("inf")):
+                try:
+                    response = await recv.receive()
+                except trio.EndOfChannel:
+                    raise self.failure(f"exited while answering {method}") from None
+        except trio.TooSlowError:
+            raise b.BackendError(
+                f"{self.name} did not answer {method} in time", codex_error_info="other"
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+        error = response.get("error")
+        log.debug("%s: response %s (%s)%s", self.name, rid, method, " error" if error else "")
+        if error is not None:
+            if not isinstance(error, dict):
+                error = {"code": -32603, "message": str(error)}
+            code = error.get("code")
+            raise AcpError(
+                code if isinstance(code, int) else -32603,
+                str(error.get("message", "error")),
+                error.get("data"),
+            )
+        return response.get("result")
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self._send({"method": method, "params": params})
+
+    def _notification(self, msg: dict[str, Any]) -> None:
+        params = msg.get("params") or {}
+        if msg.get("method") == "session/update":
+            session = self.sessions.get(str(params.get("sessionId")))
+            if session is not None and not session.ignores_updates:
+                session.on_update(params.get("update") or {})
+
+    async def _answer(self, msg: dict[str, Any]) -> None:
+        method = str(msg.get("method"))
+        params = msg.get("params") or {}
+        session = self.sessions.get(str(params.get("sessionId")))
+        try:
+            if session is None:
+                raise AcpError(-32602, f"unknown session {params.get('sessionId')!r}")
+            result = await session.on_request(method, params)
+            reply: dict[str, Any] = {"id": msg["id"], "result": result}
+        except AcpError as exc:
+            reply = {"id": msg["id"], "error": {"code": exc.code, "message": exc.message}}
+        except Exception as exc:
+            log.exception("answering %s", method)
+            reply = {"id": msg["id"], "error": {"code": -32603, "message": str(exc)}}
+        with suppress(b.BackendError):
+            await self._send(reply)

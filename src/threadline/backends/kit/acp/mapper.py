@@ -1,0 +1,306 @@
+"""ACP `session/update` notifications → threadline items and events; token usage from prompt
+results."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ....protocol import (
+    AgentMessageItem,
+    CommandExecutionItem,
+    DynamicToolCallItem,
+    FileChangeItem,
+    FileUpdateChange,
+    PatchKindAdd,
+    PatchKindDelete,
+    PatchKindUpdate,
+    ReasoningItem,
+    ThreadItem,
+    TokenUsageBreakdown,
+    ToolOutputText,
+    TurnPlanStep,
+    UnknownAction,
+    WebSearchActionSearch,
+    WebSearchItem,
+)
+from ... import base as b
+
+__all__ = ["AcpTurnMapper", "usage_from_prompt_result"]
+
+
+def _content_text(content: Any) -> str:
+    """Text of an ACP ContentBlock or ToolCallContent list."""
+    if isinstance(content, dict):
+        if content.get("type") == "text":
+            return str(content.get("text", ""))
+        if content.get("type") == "content":
+            return _content_text(content.get("content"))
+        return ""
+    if isinstance(content, list):
+        return "".join(_content_text(c) for c in content)
+    return ""
+
+
+def _unified(path: str, old: str | None, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile="/dev/null" if not old else f"a/{path.lstrip('/')}",
+            tofile=f"b/{path.lstrip('/')}",
+        )
+    )
+
+
+def _diff_changes(content: Any) -> list[FileUpdateChange]:
+    changes = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict) or block.get("type") != "diff":
+            continue
+        path = str(block.get("path", ""))
+        old, new = block.get("oldText"), str(block.get("newText") or "")
+        meta_kind = (block.get("_meta") or {}).get("kind")
+        if meta_kind == "delete":
+            kind: PatchKindAdd | PatchKindDelete | PatchKindUpdate = PatchKindDelete()
+        elif meta_kind == "add" or not old:
+            kind = PatchKindAdd()
+        else:
+            kind = PatchKindUpdate()
+        changes.append(FileUpdateChange(path=path, kind=kind, diff=_unified(path, old, new)))
+    return changes
+
+
+@dataclass
+class AcpTurnMapper:
+    """Per-turn state: turns the session/update stream into item events."""
+
+    cwd: str
+    backend_id: str
+    new_id: Callable[[], str]
+    events: list[b.BackendEvent] = field(default_factory=list)
+    tools: dict[str, ThreadItem] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    declined: set[str] = field(default_factory=set)
+    _message: AgentMessageItem | None = None
+    _message_key: Any = None
+    _message_text: list[str] = field(default_factory=list)
+    _thought: ReasoningItem | None = None
+    _thought_text: list[str] = field(default_factory=list)
+    #: Set once the turn is being cancelled: a command that "completes" after that was cut
+    #: short (Gemini reports its killed shell as completed, "Command cancelled by user.").
+    cancelled: bool = False
+    #: True once the agent announced a tool call this turn (its model answer was complete).
+    tool_seen: bool = False
+
+    def take(self) -> list[b.BackendEvent]:
+        out, self.events = self.events, []
+        return out
+
+    def close_text(self) -> None:
+        if self._message is not None:
+            self._message.text = "".join(self._message_text)
+            self.events.append(b.ItemCompleted(self._message))
+            self._message, self._message_text = None, []
+        if self._thought is not None:
+            text = "".join(self._thought_text)
+            self._thought.summary = [text] if text else []
+            self.events.append(b.ItemCompleted(self._thought))
+            self._thought, self._thought_text = None, []
+
+    def feed(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            text = _content_text(update.get("content"))
+            if text.startswith("[MODE_UPDATE]"):
+                # Gemini reports mode switches as message text: a notice, not the answer.
+                self.events.append(
+                    b.Warning(
+                        f"{self.backend_id} mode changed: {text[len('[MODE_UPDATE]') :].strip()}"
+                    )
+                )
+                return
+            key = update.get("messageId")
+            if self._thought is not None:
+                self.close_text()
+            if self._message is not None and key is not None and key != self._message_key:
+                self.close_text()
+            if self._message is None:
+                self._message = AgentMessageItem(id=self.new_id(), text="")
+                self._message_key = key
+                self.events.append(b.ItemStarted(AgentMessageItem(id=self._message.id, text="")))
+            if text:
+                self._message_text.append(text)
+                self.events.append(b.AgentMessageDelta(self._message.id, text))
+        elif kind == "agent_thought_chunk":
+            text = _content_text(update.get("content"))
+            if self._message is not None:
+                self.close_text()
+            if self._thought is None:
+                self._thought = ReasoningItem(id=self.new_id())
+                self.events.append(b.ItemStarted(ReasoningItem(id=self._thought.id)))
+                self.events.append(b.ReasoningSummaryPartAdded(self._thought.id, 0))
+            if text:
+                self._thought_text.append(text)
+                self.events.append(b.ReasoningSummaryDelta(self._thought.id, text, 0))
+        elif kind in ("tool_call", "tool_call_update"):
+            self.close_text()
+            self._tool(update)
+        elif kind == "plan":
+            steps = []
+            for entry in update.get("entries") or []:
+                if isinstance(entry, dict):
+                    status = {"in_progress": "inProgress", "completed": "completed"}.get(
+                        str(entry.get("status")), "pending"
+                    )
+                    steps.append(TurnPlanStep(step=str(entry.get("content", "")), status=status))  # type: ignore[arg-type]
+            self.events.append(b.PlanUpdated(steps))
+        # user_message_chunk (history replay), available_commands_update, usage_update,
+        # config_option_update, current_mode_update: nothing for the client here.
+
+    def tool_item(self, call: dict[str, Any]) -> ThreadItem:
+        """The item for an ACP tool call (from a tool_call or a permission request)."""
+        call_id = str(call.get("toolCallId") or self.new_id())
+        kind = call.get("kind")
+        raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+        assert isinstance(raw, dict)
+        title = str(call.get("title") or "")
+        if kind == "execute":
+            command = str(raw.get("command") or title)
+            cwd = str(raw.get("cwd") or raw.get("workdir") or raw.get("dir_path") or self.cwd)
+            return CommandExecutionItem(
+                id=call_id,
+                command=command,
+                cwd=cwd,
+                status="inProgress",
+                command_actions=[UnknownAction(command=command)],
+            )
+        if kind in ("edit", "delete", "move"):
+            changes = _diff_changes(call.get("content"))
+            if not changes:
+                locations = [
+                    loc.get("path")
+                    for loc in call.get("locations") or []
+                    if isinstance(loc, dict) and isinstance(loc.get("path"), str)
+                ]
+                # (Gemini's title is prose, "Writing to notes.txt": the location is the path.)
+                path = str(
+                    raw.get("filePath") or raw.get("file_path") or next(iter(locations), title)
+                )
+                if path and not os.path.isabs(path):
+                    path = os.path.join(self.cwd, path)
+                new = raw.get("content")
+                changes = [
+                    FileUpdateChange(
+                        path=path,
+                        kind=PatchKindAdd() if not os.path.exists(path) else PatchKindUpdate(),
+                        diff=_unified(path, None, str(new)) if isinstance(new, str) else "",
+                    )
+                ]
+            return FileChangeItem(id=call_id, changes=changes, status="inProgress")
+        if kind == "fetch" and "search" in title.lower():
+            query = str(raw.get("query") or title)
+            return WebSearchItem(id=call_id, query=query, action=WebSearchActionSearch(query=query))
+        return DynamicToolCallItem(
+            id=call_id,
+            tool=title or str(kind or "tool"),
+            arguments=raw or None,
+            status="inProgress",
+            namespace=self.backend_id,
+        )
+
+    def start_tool(self, call: dict[str, Any]) -> ThreadItem:
+        call_id = str(call.get("toolCallId") or "")
+        item = self.tools.get(call_id)
+        self.tool_seen = True
+        if item is None:
+            item = self.tool_item(call)
+            self.tools[item.id] = item
+            self.events.append(b.ItemStarted(item))
+        return item
+
+    def _tool(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        call_id = str(update.get("toolCallId") or "")
+        item = self.start_tool(update)
+        status = update.get("status")
+        raw = update.get("rawInput")
+        if isinstance(item, CommandExecutionItem) and isinstance(raw, dict) and raw.get("command"):
+            item.command = str(raw["command"])
+        text = _content_text(update.get("content"))
+        # Output comes in updates only: a first `tool_call`'s content describes the call
+        # (Gemini: "[current working directory …] (description)"), it is not output.
+        if isinstance(item, CommandExecutionItem) and text and kind == "tool_call_update":
+            seen = self.outputs.get(call_id, "")
+            # OpenCode sends growing snapshots of the output: forward only what is new.
+            if text.startswith(seen) and len(text) > len(seen):
+                self.events.append(b.CommandOutputDelta(item.id, text[len(seen) :]))
+            self.outputs[call_id] = text
+        if status in ("completed", "failed"):
+            self.complete_tool(call_id, failed=status == "failed", update=update)
+
+    def complete_tool(
+        self,
+        call_id: str,
+        *,
+        failed: bool,
+        declined: bool = False,
+        update: dict[str, Any] | None = None,
+    ) -> None:
+        item = self.tools.pop(call_id, None)
+        if item is None:
+            return
+        update = update or {}
+        text = _content_text(update.get("content")) or self.outputs.get(call_id, "")
+        raw_out = update.get("rawOutput") if isinstance(update.get("rawOutput"), dict) else {}
+        assert isinstance(raw_out, dict)
+        declined = declined or call_id in self.declined
+        if isinstance(item, CommandExecutionItem):
+            meta = raw_out.get("metadata") if isinstance(raw_out.get("metadata"), dict) else {}
+            assert isinstance(meta, dict)
+            out = raw_out.get("output") if isinstance(raw_out.get("output"), str) else None
+            item.aggregated_output = out if out is not None else (text or None)
+            code = meta.get("exit")
+            item.exit_code = code if isinstance(code, int) else None
+            failed = failed or self.cancelled
+            item.status = "declined" if declined else ("failed" if failed else "completed")
+        elif isinstance(item, FileChangeItem):
+            changes = _diff_changes(update.get("content"))
+            if changes:
+                item.changes = changes
+            item.status = "declined" if declined else ("failed" if failed else "completed")
+        elif isinstance(item, DynamicToolCallItem):
+            item.status = "failed" if failed or declined else "completed"
+            item.success = not (failed or declined)
+            item.content_items = [ToolOutputText(text=text)] if text else []
+        self.events.append(b.ItemCompleted(item))
+
+
+def usage_from_prompt_result(result: dict[str, Any]) -> TokenUsageBreakdown | None:
+    usage = result.get("usage")
+    if isinstance(usage, dict):  # OpenCode
+        inp = int(usage.get("inputTokens") or 0)
+        out = int(usage.get("outputTokens") or 0)
+        return TokenUsageBreakdown(
+            total_tokens=int(usage.get("totalTokens") or inp + out),
+            input_tokens=inp,
+            cached_input_tokens=int(usage.get("cachedReadTokens") or 0),
+            output_tokens=out,
+            reasoning_output_tokens=int(usage.get("thoughtTokens") or 0),
+            cache_write_input_tokens=int(usage.get("cachedWriteTokens") or 0),
+        )
+    quota = ((result.get("_meta") or {}).get("quota") or {}).get("token_count")
+    if isinstance(quota, dict):  # Gemini
+        inp = int(quota.get("input_tokens") or 0)
+        out = int(quota.get("output_tokens") or 0)
+        return TokenUsageBreakdown(
+            total_tokens=inp + out,
+            input_tokens=inp,
+            cached_input_tokens=0,
+            output_tokens=out,
+            reasoning_output_tokens=0,
+        )
+    return None

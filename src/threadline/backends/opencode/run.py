@@ -1,0 +1,295 @@
+"""OpenCode's run mode: `opencode run --format json` per turn, `--session` from the second."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from ...procs.group import (
+    ProcessError,
+    exit_status,
+)
+from ...protocol import (
+    AgentMessageItem,
+    CommandExecutionItem,
+    DynamicToolCallItem,
+    FileChangeItem,
+    FileUpdateChange,
+    PatchKindAdd,
+    PatchKindUpdate,
+    ReasoningItem,
+    ThreadItem,
+    ThreadTokenUsage,
+    TokenUsageBreakdown,
+    ToolOutputText,
+    TurnError,
+    TurnPlanStep,
+    UnknownAction,
+)
+from .. import base as b
+from ..kit.acp import (
+    error_info_for_code,
+)
+from ..kit.api_errors import ConnectionWatch
+from ..kit.spawn import open_cli_process
+from .api import (
+    LOG_FLAGS,
+    api_error,
+    give_up_error,
+    model_not_found,
+    no_model,
+    stream_failure,
+)
+from .invocation import _env
+
+__all__ = ["OpenCodeRunSession"]
+
+
+class OpenCodeRunSession(b.BackendSession):
+    def __init__(self, settings: b.SessionSettings, binary: str) -> None:
+        self.settings = settings
+        self.binary = binary
+        self._total: TokenUsageBreakdown | None = None
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        argv = [self.binary, "run", "--format", "json", "--dir", s.cwd, "--thinking", *LOG_FLAGS]
+        if s.model and s.model != "default":
+            argv += ["--model", s.model]
+        if s.backend_session_id:
+            argv += ["--session", s.backend_session_id]
+        else:
+            argv += ["--title", "threadline"]  # also skips the title-generation model call
+        if s.approval_policy == "never":
+            argv.append("--auto")
+        return argv
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        try:
+            return await self._run_once(turn, ctx)
+        except _DatabaseLocked:
+            # Two `opencode run` starting at once on a fresh data dir race on its SQLite
+            # database; the loser exits before doing anything ("database is locked"). Found
+            # by the fault matrix: a second thread's turn failed. Once more, a moment later.
+            await trio.sleep(0.5)
+        try:
+            return await self._run_once(turn, ctx)
+        except _DatabaseLocked as exc:
+            raise exc.error from None
+
+    async def _run_once(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
+        if turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()
+        run = _RunState(_env(self.settings), self.settings.cwd)
+        try:
+            async with open_cli_process(
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=run.env,
+                stdin="pipe",
+                name="opencode run",
+            ) as proc:
+                proc.on_stderr_line = run.stderr_line
+                await proc.write(prompt.encode())
+                await proc.close_stdin()
+                with run.scope:
+                    while (event := await proc.read_json_object()) is not None:
+                        run.watch.progress()
+                        await self._event(event, run, ctx)
+                if run.gave_up is not None:
+                    return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
+                code = await proc.wait()
+                stderr = proc.stderr_tail(1500)
+        except ProcessError as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        if run.usage is not None:
+            self._total = run.usage if self._total is None else _sum(self._total, run.usage)
+            await ctx.emit(b.TokenUsageUpdated(ThreadTokenUsage(total=self._total, last=run.usage)))
+        if run.errors:
+            return b.TurnOutcome("failed", _run_error(run.errors[-1], run.missing_model))
+        if code != 0:
+            error = b.BackendError(
+                f"opencode run exited ({exit_status(code)})" + (f": {stderr}" if stderr else ""),
+                codex_error_info="other",
+                additional_details=stderr or None,
+            )
+            if run.events == 0 and "database is locked" in stderr:
+                raise _DatabaseLocked(error)
+            raise error
+        return b.TurnOutcome("completed")
+
+    async def _event(self, event: dict[str, Any], run: _RunState, ctx: b.TurnContext) -> None:
+        """One `opencode run --format json` event → normalized events (or noted in `run`)."""
+        run.events += 1
+        sid = event.get("sessionID")
+        if isinstance(sid, str) and sid != self.settings.backend_session_id:
+            self.settings.backend_session_id = sid
+            await ctx.set_backend_session_id(sid)
+        etype = event.get("type")
+        part = event.get("part") if isinstance(event.get("part"), dict) else {}
+        assert isinstance(part, dict)
+        if etype == "text":
+            item = AgentMessageItem(
+                id=str(part.get("id") or ctx.new_item_id()), text=str(part.get("text", ""))
+            )
+            await ctx.emit(b.ItemCompleted(item))
+        elif etype == "reasoning":
+            text = str(part.get("text", ""))
+            item_id = str(part.get("id") or ctx.new_item_id())
+            reasoning = ReasoningItem(id=item_id, summary=[text] if text else [])
+            await ctx.emit(b.ItemCompleted(reasoning))
+        elif etype == "tool_use":
+            mapped = _run_tool(part, self.settings.cwd)
+            if isinstance(mapped, list):
+                await ctx.emit(b.PlanUpdated(mapped))
+            else:
+                await ctx.emit(b.ItemCompleted(mapped))
+        elif etype == "step_finish":
+            step = _step_usage(part.get("tokens"))
+            if step is not None:
+                run.usage = step if run.usage is None else _sum(run.usage, step)
+        elif etype == "error":
+            run.errors.append(event.get("error") or {})
+
+
+class _RunState:
+    """One `opencode run` turn: what its events left (usage, errors) and what its stderr
+    says (failed connection attempts: `gave_up` ends the turn; a model it does not know)."""
+
+    def __init__(self, env: dict[str, str], cwd: str) -> None:
+        self.env = env
+        self.cwd = cwd
+        self.events = 0
+        self.errors: list[dict[str, Any]] = []
+        self.usage: TokenUsageBreakdown | None = None
+        self.watch = ConnectionWatch()
+        self.scope = trio.CancelScope()
+        self.gave_up: TurnError | None = None
+        self.missing_model: str | None = None
+
+    def stderr_line(self, line: str) -> None:
+        self.missing_model = model_not_found(line) or self.missing_model
+        failure = stream_failure(line)
+        if failure is None or self.gave_up is not None:
+            return
+        self.gave_up = give_up_error(failure, self.watch, self.env, self.cwd)
+        if self.gave_up is not None:
+            self.scope.cancel()
+
+
+def _run_error(err: dict[str, Any], missing_model: str | None) -> TurnError:
+    """The turn's error for the last `error` event of `opencode run`."""
+    data = err.get("data") if isinstance(err.get("data"), dict) else {}
+    assert isinstance(data, dict)
+    message = str(data.get("message") or err.get("name") or "opencode failed")
+    status = data.get("statusCode") if isinstance(data.get("statusCode"), int) else None
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    url = meta.get("url") if isinstance(meta.get("url"), str) else None
+    if missing_model is not None and err.get("name") == "UnknownError":
+        return no_model(missing_model)
+    return api_error(message, status, url) or TurnError(
+        message=message,
+        codex_error_info=error_info_for_code(status or 0, message),
+        additional_details=f"HTTP {status}" if status else None,
+    )
+
+
+class _DatabaseLocked(Exception):
+    """`opencode run` lost a race for its database before it did anything."""
+
+    def __init__(self, error: b.BackendError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _step_usage(tokens: Any) -> TokenUsageBreakdown | None:
+    if not isinstance(tokens, dict):
+        return None
+    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    assert isinstance(cache, dict)
+    inp, out = int(tokens.get("input") or 0), int(tokens.get("output") or 0)
+    return TokenUsageBreakdown(
+        total_tokens=int(tokens.get("total") or inp + out),
+        input_tokens=inp,
+        cached_input_tokens=int(cache.get("read") or 0),
+        output_tokens=out,
+        reasoning_output_tokens=int(tokens.get("reasoning") or 0),
+        cache_write_input_tokens=int(cache.get("write") or 0),
+    )
+
+
+def _sum(a: TokenUsageBreakdown, c: TokenUsageBreakdown) -> TokenUsageBreakdown:
+    return TokenUsageBreakdown(
+        total_tokens=a.total_tokens + c.total_tokens,
+        input_tokens=a.input_tokens + c.input_tokens,
+        cached_input_tokens=a.cached_input_tokens + c.cached_input_tokens,
+        output_tokens=a.output_tokens + c.output_tokens,
+        reasoning_output_tokens=a.reasoning_output_tokens + c.reasoning_output_tokens,
+        cache_write_input_tokens=(a.cache_write_input_tokens or 0)
+        + (c.cache_write_input_tokens or 0),
+    )
+
+
+def _run_tool(part: dict[str, Any], cwd: str) -> ThreadItem | list[TurnPlanStep]:
+    """A finished `tool_use` part → a completed item (run mode reports tools only at the end)."""
+    tool = str(part.get("tool") or "tool")
+    call_id = str(part.get("callID") or part.get("id") or tool)
+    state = part.get("state") if isinstance(part.get("state"), dict) else {}
+    assert isinstance(state, dict)
+    args = state.get("input") if isinstance(state.get("input"), dict) else {}
+    assert isinstance(args, dict)
+    meta = state.get("metadata") if isinstance(state.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    ok = state.get("status") == "completed"
+    error = str(state.get("error") or "")
+    rejected = "rejected permission" in error
+    if tool == "bash":
+        command = str(args.get("command", ""))
+        code = meta.get("exit")
+        output = meta.get("output") if isinstance(meta.get("output"), str) else state.get("output")
+        return CommandExecutionItem(
+            id=call_id,
+            command=command,
+            cwd=str(args.get("workdir") or cwd),
+            status="declined" if rejected else ("completed" if ok else "failed"),
+            command_actions=[UnknownAction(command=command)],
+            aggregated_output=str(output) if output is not None else (error or None),
+            exit_code=code if isinstance(code, int) else None,
+        )
+    if tool in ("edit", "write", "patch"):
+        path = str(args.get("filePath") or meta.get("filepath") or "")
+        filediff = meta.get("filediff") if isinstance(meta.get("filediff"), dict) else {}
+        assert isinstance(filediff, dict)
+        diff = str(filediff.get("patch") or meta.get("diff") or "")
+        if not diff and tool == "write":
+            content = str(args.get("content", ""))
+            diff = "".join(f"+{line}\n" for line in content.splitlines())
+        kind = PatchKindUpdate() if meta.get("exists") or tool == "edit" else PatchKindAdd()
+        return FileChangeItem(
+            id=call_id,
+            changes=[FileUpdateChange(path=path, kind=kind, diff=diff)],
+            status="declined" if rejected else ("completed" if ok else "failed"),
+        )
+    if tool == "todowrite":
+        steps = []
+        for todo in args.get("todos") or []:
+            if isinstance(todo, dict):
+                status = {"in_progress": "inProgress", "completed": "completed"}.get(
+                    str(todo.get("status")), "pending"
+                )
+                steps.append(TurnPlanStep(step=str(todo.get("content", "")), status=status))  # type: ignore[arg-type]
+        return steps
+    output = state.get("output")
+    text = str(output) if output is not None else error
+    return DynamicToolCallItem(
+        id=call_id,
+        tool=tool,
+        arguments=args,
+        namespace="opencode",
+        status="completed" if ok else "failed",
+        success=ok,
+        content_items=[ToolOutputText(text=text)] if text else [],
+    )
