@@ -9,11 +9,8 @@ import uuid
 from typing import Any
 
 from ...procs.group import GroupProcess
-from ...protocol import (
-    ThreadTokenUsage,
-    TokenUsageBreakdown,
-)
 from .. import base as b
+from ..kit.usage import UsageTotals
 from .mapping import TurnResult
 
 __all__ = []
@@ -107,31 +104,10 @@ def _failure_from_exit(proc: GroupProcess, what: str) -> b.BackendError:
     return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
 
 
-class _UsageTotals:
-    def __init__(self) -> None:
-        self.total: TokenUsageBreakdown | None = None
-
-    def add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
-        t = self.total
-        if t is None:
-            self.total = last
-        else:
-            self.total = TokenUsageBreakdown(
-                total_tokens=t.total_tokens + last.total_tokens,
-                input_tokens=t.input_tokens + last.input_tokens,
-                cached_input_tokens=t.cached_input_tokens + last.cached_input_tokens,
-                output_tokens=t.output_tokens + last.output_tokens,
-                reasoning_output_tokens=0,
-                cache_write_input_tokens=(t.cache_write_input_tokens or 0)
-                + (last.cache_write_input_tokens or 0),
-            )
-        return ThreadTokenUsage(total=self.total, last=last)
-
-
 async def _finish_turn(
     result: TurnResult,
     ctx: b.TurnContext,
-    usage: _UsageTotals,
+    usage: UsageTotals,
 ) -> b.TurnOutcome:
     if result.session_id:
         await ctx.set_backend_session_id(result.session_id)

@@ -18,6 +18,7 @@ from ...protocol import (
 )
 from .. import base as b
 from ..kit.spawn import open_cli_process
+from ..kit.usage import UsageTotals
 from .invocation import (
     _DECLINE_MESSAGE,
     _base_argv,
@@ -26,7 +27,6 @@ from .invocation import (
     _finish_turn,
     _missing_session,
     _session_flag,
-    _UsageTotals,
     _user_message,
 )
 from .mapping import EDIT_TOOLS, ClaudeTurnMapper, api_url
@@ -50,7 +50,7 @@ class ClaudeStreamSession(b.BackendSession):
         )
         self._write_lock = trio.Lock()
         self._request_seq = 0
-        self._usage = _UsageTotals()
+        self._usage = UsageTotals()
         self._in_turn = False
         self._exited = trio.Event()
         self._close_stdin = trio.Event()

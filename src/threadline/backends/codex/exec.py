@@ -5,12 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-import msgspec
-
-from ...procs.group import (
-    LineTooLong,
-    ProcessError,
-)
 from ...protocol import (
     AgentMessageItem,
     CommandExecutionItem,
@@ -34,7 +28,7 @@ from ...protocol import (
 )
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure
-from ..kit.spawn import open_cli_process
+from ..kit.per_turn import open_turn_process
 from .api import STATUS_TEXT, api_failure, provider_url, retry_status
 from .invocation import _COMMON_FLAGS, _config_flags, _env, _exit_error
 
@@ -185,43 +179,25 @@ class CodexExecSession(b.BackendSession):
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
         prefix = f"{turn.turn_id[-12:]}-"
-        decoder = msgspec.json.Decoder()
         self.last_error = None
         self._watch = ConnectionWatch()
-        try:
-            async with open_cli_process(
-                self.argv(turn),
-                cwd=self.settings.cwd,
-                env=_env(self.settings, self.launcher_env),
-                stdin="pipe",
-                name="codex exec",
-            ) as proc:
-                await proc.write(turn.text.encode())
-                await proc.close_stdin()
-                while True:
-                    try:
-                        line = await proc.read_line()
-                    except LineTooLong:
-                        continue
-                    if line is None:
-                        break
-                    try:
-                        event = decoder.decode(line)
-                    except msgspec.DecodeError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
-                    outcome = await self.handle_event(event, prefix, ctx)
-                    if outcome is not None:
-                        return outcome
-                await proc.wait()
-                raise _exit_error(
-                    proc,
-                    "exited without finishing the turn"
-                    + (f" ({self.last_error})" if self.last_error else ""),
-                )
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+        async with open_turn_process(
+            self.argv(turn),
+            prompt=turn.text,
+            cwd=self.settings.cwd,
+            env=_env(self.settings, self.launcher_env),
+            name="codex exec",
+        ) as proc:
+            while (event := await proc.read_json_object()) is not None:
+                outcome = await self.handle_event(event, prefix, ctx)
+                if outcome is not None:
+                    return outcome
+            await proc.wait()
+            raise _exit_error(
+                proc,
+                "exited without finishing the turn"
+                + (f" ({self.last_error})" if self.last_error else ""),
+            )
 
     async def handle_event(
         self, event: dict[str, Any], prefix: str, ctx: b.TurnContext

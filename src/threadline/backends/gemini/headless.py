@@ -12,7 +12,6 @@ from typing import Any
 import trio
 
 from ...procs.group import (
-    ProcessError,
     exit_status,
 )
 from ...protocol import (
@@ -24,7 +23,6 @@ from ...protocol import (
     PatchKindAdd,
     PatchKindUpdate,
     ThreadItem,
-    ThreadTokenUsage,
     TokenUsageBreakdown,
     ToolOutputText,
     TurnError,
@@ -39,7 +37,8 @@ from ..kit.api_errors import (
     no_credentials,
     unreachable,
 )
-from ..kit.spawn import open_cli_process
+from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
+from ..kit.usage import UsageTotals
 from .invocation import (
     _ATTEMPT_FAILED,
     _CHECK,
@@ -63,7 +62,7 @@ class GeminiHeadlessSession(b.BackendSession):
         self._started = bool(settings.backend_session_id)
         self.session_id = settings.backend_session_id or str(uuid.uuid4())
         self._tried = False
-        self._total: TokenUsageBreakdown | None = None
+        self._usage = UsageTotals()
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -84,30 +83,24 @@ class GeminiHeadlessSession(b.BackendSession):
             # of an existing id exits 42): start over under a new id.
             self.session_id = str(uuid.uuid4())
         self._tried = True
-        prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         run = _HeadlessTurn(self.settings.env)
-        try:
-            async with open_cli_process(
-                self.argv(),
-                cwd=self.settings.cwd,
-                env=_env(self.settings),
-                stdin="pipe",
-                name="gemini -p",
-            ) as proc:
-                proc.on_stderr_line = run.stderr_line
-                await proc.write(prompt.encode())
-                await proc.close_stdin()
-                with run.scope:
-                    while (event := await proc.read_json_object()) is not None:
-                        await self._event(event, run, turn, ctx)
-                await run.close_message(ctx)
-                if run.gave_up is not None:
-                    return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
-                code = await proc.wait()
-                if run.result is None:
-                    raise _no_result(code, proc.stderr_tail(1500))
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+        async with open_turn_process(
+            self.argv(),
+            prompt=prompt_with_bootstrap(turn),
+            cwd=self.settings.cwd,
+            env=_env(self.settings),
+            name="gemini -p",
+            on_stderr_line=run.stderr_line,
+        ) as proc:
+            with run.scope:
+                while (event := await proc.read_json_object()) is not None:
+                    await self._event(event, run, turn, ctx)
+            await run.close_message(ctx)
+            if run.gave_up is not None:
+                return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
+            code = await proc.wait()
+            if run.result is None:
+                raise _no_result(code, proc.stderr_tail(1500))
         return await self._outcome(run.result, run.last_error, code, ctx)
 
     async def _event(
@@ -151,7 +144,7 @@ class GeminiHeadlessSession(b.BackendSession):
     ) -> b.TurnOutcome:
         usage = _headless_usage(result.get("stats"))
         if usage is not None:
-            await ctx.emit(b.TokenUsageUpdated(self._add(usage)))
+            await ctx.emit(b.TokenUsageUpdated(self._usage.add(usage)))
         if result.get("status") == "success":
             return b.TurnOutcome("completed")
         error = result.get("error") if isinstance(result.get("error"), dict) else {}
@@ -161,21 +154,6 @@ class GeminiHeadlessSession(b.BackendSession):
         # (a cut-off model stream: the result has no message, the `error` event says why)
         msg = str(error.get("message") or last_error or "gemini reported an error")
         return b.TurnOutcome("failed", _result_error(msg, code, self.settings))
-
-    def _add(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
-        t = self._total
-        self._total = (
-            last
-            if t is None
-            else TokenUsageBreakdown(
-                total_tokens=t.total_tokens + last.total_tokens,
-                input_tokens=t.input_tokens + last.input_tokens,
-                cached_input_tokens=t.cached_input_tokens + last.cached_input_tokens,
-                output_tokens=t.output_tokens + last.output_tokens,
-                reasoning_output_tokens=0,
-            )
-        )
-        return ThreadTokenUsage(total=self._total, last=last)
 
 
 class _HeadlessTurn:

@@ -7,7 +7,6 @@ from typing import Any
 import trio
 
 from ...procs.group import (
-    ProcessError,
     exit_status,
 )
 from ...protocol import (
@@ -20,7 +19,6 @@ from ...protocol import (
     PatchKindUpdate,
     ReasoningItem,
     ThreadItem,
-    ThreadTokenUsage,
     TokenUsageBreakdown,
     ToolOutputText,
     TurnError,
@@ -32,7 +30,8 @@ from ..kit.acp import (
     error_info_for_code,
 )
 from ..kit.api_errors import ConnectionWatch
-from ..kit.spawn import open_cli_process
+from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
+from ..kit.usage import UsageTotals, add_usage
 from .api import (
     LOG_FLAGS,
     api_error,
@@ -50,7 +49,7 @@ class OpenCodeRunSession(b.BackendSession):
     def __init__(self, settings: b.SessionSettings, binary: str) -> None:
         self.settings = settings
         self.binary = binary
-        self._total: TokenUsageBreakdown | None = None
+        self._usage = UsageTotals()
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -79,34 +78,27 @@ class OpenCodeRunSession(b.BackendSession):
             raise exc.error from None
 
     async def _run_once(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        prompt = f"{turn.bootstrap}\n\n{turn.text}" if turn.bootstrap else turn.text
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
         run = _RunState(_env(self.settings), self.settings.cwd)
-        try:
-            async with open_cli_process(
-                self.argv(),
-                cwd=self.settings.cwd,
-                env=run.env,
-                stdin="pipe",
-                name="opencode run",
-            ) as proc:
-                proc.on_stderr_line = run.stderr_line
-                await proc.write(prompt.encode())
-                await proc.close_stdin()
-                with run.scope:
-                    while (event := await proc.read_json_object()) is not None:
-                        run.watch.progress()
-                        await self._event(event, run, ctx)
-                if run.gave_up is not None:
-                    return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
-                code = await proc.wait()
-                stderr = proc.stderr_tail(1500)
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
+        async with open_turn_process(
+            self.argv(),
+            prompt=prompt_with_bootstrap(turn),
+            cwd=self.settings.cwd,
+            env=run.env,
+            name="opencode run",
+            on_stderr_line=run.stderr_line,
+        ) as proc:
+            with run.scope:
+                while (event := await proc.read_json_object()) is not None:
+                    run.watch.progress()
+                    await self._event(event, run, ctx)
+            if run.gave_up is not None:
+                return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
+            code = await proc.wait()
+            stderr = proc.stderr_tail(1500)
         if run.usage is not None:
-            self._total = run.usage if self._total is None else _sum(self._total, run.usage)
-            await ctx.emit(b.TokenUsageUpdated(ThreadTokenUsage(total=self._total, last=run.usage)))
+            await ctx.emit(b.TokenUsageUpdated(self._usage.add(run.usage)))
         if run.errors:
             return b.TurnOutcome("failed", _run_error(run.errors[-1], run.missing_model))
         if code != 0:
@@ -149,7 +141,7 @@ class OpenCodeRunSession(b.BackendSession):
         elif etype == "step_finish":
             step = _step_usage(part.get("tokens"))
             if step is not None:
-                run.usage = step if run.usage is None else _sum(run.usage, step)
+                run.usage = step if run.usage is None else add_usage(run.usage, step)
         elif etype == "error":
             run.errors.append(event.get("error") or {})
 
@@ -218,18 +210,6 @@ def _step_usage(tokens: Any) -> TokenUsageBreakdown | None:
         output_tokens=out,
         reasoning_output_tokens=int(tokens.get("reasoning") or 0),
         cache_write_input_tokens=int(cache.get("write") or 0),
-    )
-
-
-def _sum(a: TokenUsageBreakdown, c: TokenUsageBreakdown) -> TokenUsageBreakdown:
-    return TokenUsageBreakdown(
-        total_tokens=a.total_tokens + c.total_tokens,
-        input_tokens=a.input_tokens + c.input_tokens,
-        cached_input_tokens=a.cached_input_tokens + c.cached_input_tokens,
-        output_tokens=a.output_tokens + c.output_tokens,
-        reasoning_output_tokens=a.reasoning_output_tokens + c.reasoning_output_tokens,
-        cache_write_input_tokens=(a.cache_write_input_tokens or 0)
-        + (c.cache_write_input_tokens or 0),
     )
 
 

@@ -17,13 +17,12 @@ from ....procs.group import (
 from ....protocol import (
     CommandExecutionItem,
     FileChangeItem,
-    ThreadTokenUsage,
-    TokenUsageBreakdown,
     TurnError,
 )
 from ... import base as b
 from ...registry import SPECS
 from ..api_errors import no_credentials
+from ..usage import UsageTotals
 from .host import AUTH_REQUIRED, AcpError, AcpHost, Prompt, error_info_for_code
 from .mapper import AcpTurnMapper, usage_from_prompt_result
 
@@ -88,7 +87,7 @@ class AcpSession(b.BackendSession):
         self._mapper: AcpTurnMapper | None = None
         self._permission_scopes: set[trio.CancelScope] = set()
         self._emit_lock = trio.Lock()
-        self._total: TokenUsageBreakdown | None = None
+        self._usage = UsageTotals()
         #: The last prompt sent on this session (possibly still unanswered).
         self._prompt: Prompt | None = None
         # The running turn's interrupt: set once session/cancel went out, and when.
@@ -452,7 +451,7 @@ class AcpSession(b.BackendSession):
                 )
                 usage = usage_from_prompt_result(result)
                 if usage is not None:
-                    self._add_usage(usage)  # (counted in the thread's total from now on)
+                    self._usage.add(usage)  # (counted in the thread's total from now on)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self.gave_up = None
@@ -555,7 +554,7 @@ class AcpSession(b.BackendSession):
             return b.TurnOutcome("failed", self.turn_error(error))
         usage = usage_from_prompt_result(result)
         if usage is not None:
-            await ctx.emit(b.TokenUsageUpdated(self._add_usage(usage)))
+            await ctx.emit(b.TokenUsageUpdated(self._usage.add(usage)))
         if stop == "cancelled":
             return b.TurnOutcome("interrupted")
         if stop == "refusal":
@@ -590,18 +589,3 @@ class AcpSession(b.BackendSession):
             message=error.message + (f": {detail}" if detail else ""),
             codex_error_info=error_info_for_code(error.code, error.message),
         )
-
-    def _add_usage(self, last: TokenUsageBreakdown) -> ThreadTokenUsage:
-        t = self._total
-        self._total = (
-            last
-            if t is None
-            else TokenUsageBreakdown(
-                total_tokens=t.total_tokens + last.total_tokens,
-                input_tokens=t.input_tokens + last.input_tokens,
-                cached_input_tokens=t.cached_input_tokens + last.cached_input_tokens,
-                output_tokens=t.output_tokens + last.output_tokens,
-                reasoning_output_tokens=t.reasoning_output_tokens + last.reasoning_output_tokens,
-            )
-        )
-        return ThreadTokenUsage(total=self._total, last=last)
