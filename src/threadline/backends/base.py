@@ -27,6 +27,7 @@ from ..protocol import (
     BackendCapabilities,
     CommandAction,
     Model,
+    ReasoningEffortOption,
     ThreadItem,
     ThreadTokenUsage,
     ToolRequestUserInputQuestion,
@@ -396,7 +397,23 @@ class Backend(abc.ABC):
         thread and die with the server."""
 
     def models(self) -> list[Model]:
-        return []
+        """What `model/list` offers (the spec's models; the first is the default)."""
+        efforts = [
+            ReasoningEffortOption(reasoning_effort=e, description=d) for e, d in self.spec.efforts
+        ]
+        return [
+            Model(
+                id=f"{self.spec.id}/{model}",
+                model=model,
+                display_name=name,
+                description=description,
+                hidden=False,
+                is_default=index == 0,
+                default_reasoning_effort=self.spec.default_effort,
+                supported_reasoning_efforts=efforts,
+            )
+            for index, (model, name, description) in enumerate(self.spec.models)
+        ]
 
     #: Whether the CLI takes a turn limit (`BACKEND_MAX_TURNS`, `config.maxTurns`) and a
     #: tool allow-list (`ALLOWED_TOOLS`, `config.allowedTools`).

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..protocol.methods import BackendCapabilities
 
-__all__ = ["BackendCheck", "BackendSpec", "acp_capabilities"]
+__all__ = ["BackendCheck", "BackendSpec", "acp_capabilities", "mode_capabilities"]
 
 
 @dataclass
@@ -53,6 +53,11 @@ class BackendSpec:
     #: Files a logged-in CLI keeps its credentials in (`~` and `$VAR` expanded; the first that
     #: exists counts).
     credential_files: tuple[str, ...] = ()
+    #: What `model/list` offers: (model, display name, description); the first is the default.
+    models: tuple[tuple[str, str, str], ...] = ()
+    #: The reasoning efforts offered with every model: (effort, description).
+    efforts: tuple[tuple[str, str], ...] = (("medium", "default"),)
+    default_effort: str = "medium"
 
     @property
     def install_command(self) -> str | None:
@@ -98,18 +103,34 @@ def _expand(pattern: str, env: Mapping[str, str]) -> str | None:
     return text
 
 
+def mode_capabilities(
+    invocation: str,
+    role_injection: str,
+    *,
+    approvals: bool = True,
+    interrupt: bool = True,
+    resume: bool = True,
+    deltas: bool = True,
+    reasoning: bool = True,
+    images: bool = False,
+) -> BackendCapabilities:
+    """What a backend can do in one mode; the defaults are a full-featured mode's."""
+    return BackendCapabilities(
+        approvals=approvals,
+        interrupt=interrupt,
+        resume=resume,
+        deltas=deltas,
+        reasoning=reasoning,
+        images=images,
+        invocation=invocation,
+        role_injection=role_injection,
+    )
+
+
 def acp_capabilities(command: str) -> BackendCapabilities:
     """An ACP agent's mode: the same for every CLI that speaks ACP."""
-    return BackendCapabilities(
-        approvals=True,
-        interrupt=True,
-        resume=True,
-        deltas=True,
-        reasoning=True,
-        images=False,
-        invocation=(
-            f"one `{command}` per working directory shared by its threads (ACP over stdio);"
-            " resume with `session/load`"
-        ),
-        role_injection="bootstrap text block prepended to the first prompt",
+    return mode_capabilities(
+        f"one `{command}` per working directory shared by its threads (ACP over stdio);"
+        " resume with `session/load`",
+        "bootstrap text block prepended to the first prompt",
     )

@@ -21,10 +21,6 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ...protocol import (
-    Model,
-    ReasoningEffortOption,
-)
 from .. import base as b
 from .print import ClaudePrintSession
 from .spec import SPEC
@@ -67,30 +63,6 @@ class ClaudeBackend(b.Backend):
                 yield session
             finally:
                 await session.close()
-
-    def models(self) -> list[Model]:
-        efforts = [
-            ReasoningEffortOption(reasoning_effort=e, description=f"{e} effort")
-            for e in ("low", "medium", "high")
-        ]
-        return [
-            Model(
-                id=f"claude/{m}",
-                model=m,
-                display_name=name,
-                description=desc,
-                hidden=False,
-                is_default=m == "default",
-                default_reasoning_effort="high",
-                supported_reasoning_efforts=efforts,
-            )
-            for m, name, desc in (
-                ("default", "Claude Code default", "The CLI's configured default model"),
-                ("opus", "Claude Opus", "Alias resolved by the claude CLI"),
-                ("sonnet", "Claude Sonnet", "Alias resolved by the claude CLI"),
-                ("haiku", "Claude Haiku", "Alias resolved by the claude CLI"),
-            )
-        ]
 
 
 def create() -> ClaudeBackend:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ...protocol.methods import BackendCapabilities
-from ..spec import BackendSpec
+from ..spec import BackendSpec, mode_capabilities
 
 __all__ = ["SPEC"]
 
+_EFFORTS = tuple((e, f"{e} effort") for e in ("low", "medium", "high"))
 _ROLE = "`--append-system-prompt` plus one bootstrap message on the first turn"
 
 SPEC = BackendSpec(
@@ -15,32 +15,22 @@ SPEC = BackendSpec(
     modes=("stream", "print"),
     default_mode="stream",
     capabilities={
-        "stream": BackendCapabilities(
-            approvals=True,
-            interrupt=True,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-            images=False,
-            invocation=(
+        "stream": mode_capabilities(
+            (
                 "one live `claude -p --input-format stream-json --output-format stream-json` "
                 "per thread; approvals over its control protocol (`--permission-prompt-tool "
                 "stdio`); resume with `--resume`"
             ),
-            role_injection=_ROLE,
+            _ROLE,
         ),
-        "print": BackendCapabilities(
-            approvals=False,
-            interrupt=False,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-            images=False,
-            invocation=(
+        "print": mode_capabilities(
+            (
                 "`claude -p --output-format stream-json` spawned per turn, `--resume <session>` "
                 "from the 2nd turn; tools limited by `--allowedTools`"
             ),
-            role_injection=_ROLE,
+            _ROLE,
+            approvals=False,
+            interrupt=False,
         ),
     },
     cli="claude",
@@ -54,4 +44,12 @@ SPEC = BackendSpec(
         ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
     ),
     no_credentials="no API key in the environment (a logged-in CLI may still work)",
+    models=(
+        ("default", "Claude Code default", "The CLI's configured default model"),
+        ("opus", "Claude Opus", "Alias resolved by the claude CLI"),
+        ("sonnet", "Claude Sonnet", "Alias resolved by the claude CLI"),
+        ("haiku", "Claude Haiku", "Alias resolved by the claude CLI"),
+    ),
+    efforts=_EFFORTS,
+    default_effort="high",
 )

@@ -26,10 +26,6 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ...protocol import (
-    Model,
-    ReasoningEffortOption,
-)
 from .. import base as b
 from .app_server import CodexAppServerSession
 from .exec import CodexExecSession
@@ -68,24 +64,6 @@ class CodexBackend(b.Backend):
                 yield session
             finally:
                 session.close()
-
-    def models(self) -> list[Model]:
-        efforts = [
-            ReasoningEffortOption(reasoning_effort=e, description=f"{e} effort")
-            for e in ("low", "medium", "high")
-        ]
-        return [
-            Model(
-                id="codex/default",
-                model="default",
-                display_name="Codex default",
-                description="The model configured for the codex CLI",
-                hidden=False,
-                is_default=True,
-                default_reasoning_effort="medium",
-                supported_reasoning_efforts=efforts,
-            )
-        ]
 
 
 def create() -> CodexBackend:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ...protocol.methods import BackendCapabilities
-from ..spec import BackendSpec
+from ..spec import BackendSpec, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -13,31 +12,23 @@ SPEC = BackendSpec(
     modes=("app-server", "exec"),
     default_mode="app-server",
     capabilities={
-        "app-server": BackendCapabilities(
-            approvals=True,
-            interrupt=True,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-            images=True,
-            invocation=(
+        "app-server": mode_capabilities(
+            (
                 "one `codex app-server` per thread (native binary), proxied 1:1; resume with "
                 "`thread/resume`"
             ),
-            role_injection="native: `developerInstructions` / `baseInstructions` on thread/start",
+            "native: `developerInstructions` / `baseInstructions` on thread/start",
+            images=True,
         ),
-        "exec": BackendCapabilities(
-            approvals=False,
-            interrupt=False,
-            resume=True,
-            deltas=False,
-            reasoning=True,
-            images=False,
-            invocation=(
+        "exec": mode_capabilities(
+            (
                 "`codex exec --json` spawned per turn (prompt on stdin), `codex exec resume "
                 "<session>` from the 2nd turn"
             ),
-            role_injection="native: `-c developer_instructions=…` / `-c instructions=…`",
+            "native: `-c developer_instructions=…` / `-c instructions=…`",
+            approvals=False,
+            interrupt=False,
+            deltas=False,
         ),
     },
     cli="codex",
@@ -47,4 +38,6 @@ SPEC = BackendSpec(
     # Codex's own OpenAI provider reads only its login (auth.json), never OPENAI_API_KEY.
     login_fix="run `codex login` (or `printenv OPENAI_API_KEY | codex login --with-api-key`)",
     credential_files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
+    models=(("default", "Codex default", "The model configured for the codex CLI"),),
+    efforts=tuple((e, f"{e} effort") for e in ("low", "medium", "high")),
 )

@@ -23,10 +23,6 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ...protocol import (
-    Model,
-    ReasoningEffortOption,
-)
 from .. import base as b
 from ..kit.acp import AcpPool
 from .acp import GeminiAcpSession, _wait_out_session_minute
@@ -75,26 +71,6 @@ class GeminiBackend(b.Backend):
                 yield session
             finally:
                 session.close()
-
-    def models(self) -> list[Model]:
-        efforts = [ReasoningEffortOption(reasoning_effort="medium", description="default")]
-        return [
-            Model(
-                id=f"gemini/{m}",
-                model=m,
-                display_name=m,
-                description=d,
-                hidden=False,
-                is_default=m == "default",
-                default_reasoning_effort="medium",
-                supported_reasoning_efforts=efforts,
-            )
-            for m, d in (
-                ("default", "Gemini CLI's automatic model routing"),
-                ("gemini-2.5-pro", "passed to gemini -m"),
-                ("gemini-2.5-flash", "passed to gemini -m"),
-            )
-        ]
 
 
 def create() -> GeminiBackend:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ...protocol.methods import BackendCapabilities
-from ..spec import BackendSpec, acp_capabilities
+from ..spec import BackendSpec, acp_capabilities, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -14,18 +13,12 @@ SPEC = BackendSpec(
     default_mode="acp",
     capabilities={
         "acp": acp_capabilities("gemini --acp"),
-        "headless": BackendCapabilities(
+        "headless": mode_capabilities(
+            ("`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"),
+            "bootstrap text prepended to the first prompt",
             approvals=False,
             interrupt=False,
-            resume=True,
-            deltas=True,
             reasoning=False,
-            images=False,
-            invocation=(
-                "`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd "
-                "turn"
-            ),
-            role_injection="bootstrap text prepended to the first prompt",
         ),
     },
     cli="gemini",
@@ -39,4 +32,9 @@ SPEC = BackendSpec(
         ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
     ),
     no_credentials="no GEMINI_API_KEY (a logged-in CLI may still work)",
+    models=(
+        ("default", "default", "Gemini CLI's automatic model routing"),
+        ("gemini-2.5-pro", "gemini-2.5-pro", "passed to gemini -m"),
+        ("gemini-2.5-flash", "gemini-2.5-flash", "passed to gemini -m"),
+    ),
 )

@@ -37,10 +37,8 @@ from ...protocol import (
     DynamicToolCallItem,
     FileChangeItem,
     FileUpdateChange,
-    Model,
     PatchKindAdd,
     PatchKindUpdate,
-    ReasoningEffortOption,
     ReasoningItem,
     ThreadTokenUsage,
     TokenUsageBreakdown,
@@ -325,22 +323,6 @@ class MockBackend(b.Backend):
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
         yield MockSession(settings)
-
-    def models(self) -> list[Model]:
-        return [
-            Model(
-                id="mock/mock-1",
-                model="mock-1",
-                display_name="Mock 1",
-                description="Scripted offline model for client development",
-                hidden=False,
-                is_default=True,
-                default_reasoning_effort="medium",
-                supported_reasoning_efforts=[
-                    ReasoningEffortOption(reasoning_effort="medium", description="The only effort")
-                ],
-            )
-        ]
 
 
 def create() -> MockBackend:

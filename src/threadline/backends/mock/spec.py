@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ...protocol.methods import BackendCapabilities
-from ..spec import BackendSpec
+from ..spec import BackendSpec, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -13,14 +12,11 @@ SPEC = BackendSpec(
     modes=("script",),
     default_mode="script",
     capabilities={
-        "script": BackendCapabilities(
-            approvals=True,
-            interrupt=True,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-            invocation="in-process scripted agent (no CLI, no network); directives in the prompt",
-            role_injection="bootstrap message echoed on the first turn",
+        "script": mode_capabilities(
+            "in-process scripted agent (no CLI, no network); directives in the prompt",
+            "bootstrap message echoed on the first turn",
         )
     },
+    models=(("mock-1", "Mock 1", "Scripted offline model for client development"),),
+    efforts=(("medium", "The only effort"),),
 )

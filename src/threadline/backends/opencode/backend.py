@@ -23,10 +23,6 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ...protocol import (
-    Model,
-    ReasoningEffortOption,
-)
 from .. import base as b
 from ..kit.acp import (
     AcpPool,
@@ -82,21 +78,6 @@ class OpenCodeBackend(b.Backend):
                 yield session
             finally:
                 session.close()
-
-    def models(self) -> list[Model]:
-        efforts = [ReasoningEffortOption(reasoning_effort="medium", description="default")]
-        return [
-            Model(
-                id="opencode/default",
-                model="default",
-                display_name="OpenCode default",
-                description="The model configured for opencode (provider/model)",
-                hidden=False,
-                is_default=True,
-                default_reasoning_effort="medium",
-                supported_reasoning_efforts=efforts,
-            )
-        ]
 
 
 def create() -> OpenCodeBackend:

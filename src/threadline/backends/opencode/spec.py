@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ...protocol.methods import BackendCapabilities
-from ..spec import BackendSpec, acp_capabilities
+from ..spec import BackendSpec, acp_capabilities, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -14,17 +13,12 @@ SPEC = BackendSpec(
     default_mode="acp",
     capabilities={
         "acp": acp_capabilities("opencode acp"),
-        "run": BackendCapabilities(
+        "run": mode_capabilities(
+            ("`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn"),
+            "bootstrap text prepended to the first prompt",
             approvals=False,
             interrupt=False,
-            resume=True,
             deltas=False,
-            reasoning=True,
-            images=False,
-            invocation=(
-                "`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn"
-            ),
-            role_injection="bootstrap text prepended to the first prompt",
         ),
     },
     cli="opencode",
@@ -35,4 +29,5 @@ SPEC = BackendSpec(
     credential_files=("$XDG_DATA_HOME/opencode/auth.json", "~/.local/share/opencode/auth.json"),
     credentials=(("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set"),),
     no_credentials="provider credentials come from opencode's own config (opencode auth)",
+    models=(("default", "OpenCode default", "The model configured for opencode (provider/model)"),),
 )
