@@ -461,6 +461,40 @@ class AcpSession(b.BackendSession):
         return outcome
 
     async def _prompt_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        mapper, prompt = await self._begin_turn(turn, ctx)
+        assert self.session_id is not None
+        request = Prompt(self.session_id)
+        finished = ended_early = False
+        try:
+            self.host.start_soon(
+                self._run_prompt, request, {"sessionId": self.session_id, "prompt": prompt}
+            )
+            self._prompt = request
+            self.host.prompts[self.session_id] = request
+            ended_early = await self._follow_prompt(request, mapper, ctx)
+            finished = True
+        finally:
+            self._turn_ctx, self._mapper = None, None
+            if not finished and not request.done.is_set():
+                request.detached = request.abandoned = True
+                request.scope.cancel()
+                await self._abandon()
+        mapper.close_text()
+        for call_id in list(mapper.tools):
+            if call_id in mapper.declined:
+                mapper.complete_tool(call_id, failed=False, declined=True)
+        await self._emit(ctx, mapper)
+        if ended_early:
+            # Interrupted, and nothing of the turn is left running: done, without the agent's
+            # answer (consumed in the background; the session is busy until it comes).
+            await self._record_conversation(turn, ctx, mapper.tool_seen)
+            return b.TurnOutcome("interrupted")
+        return await self._outcome(request, turn, ctx, mapper)
+
+    async def _begin_turn(
+        self, turn: b.TurnInput, ctx: b.TurnContext
+    ) -> tuple[AcpTurnMapper, list[dict[str, Any]]]:
+        """Wait for the session to be free, set the turn up; its mapper and prompt blocks."""
         if self.session_id is None or not self.host.alive:
             raise self.host.failure("is not running")
         await self._await_previous_prompt()
@@ -477,73 +511,61 @@ class AcpSession(b.BackendSession):
         self._stopped = {}
         grace = getattr(ctx, "interrupt_grace", None)
         self._grace = grace if isinstance(grace, (int, float)) else DEFAULT_INTERRUPT_GRACE
-        prompt = [{"type": "text", "text": turn.text}]
+        prompt: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
         if turn.bootstrap:
             # The role goes in once, as its own block ahead of the first prompt.
             prompt.insert(0, {"type": "text", "text": turn.bootstrap})
             if self.keeps_unfinished_prompts:
                 await ctx.mark_role_bootstrap_applied()
-        request = Prompt(self.session_id)
-        finished = ended_early = False
-        try:
-            self.host.start_soon(
-                self._run_prompt, request, {"sessionId": self.session_id, "prompt": prompt}
-            )
-            self._prompt = request
-            self.host.prompts[self.session_id] = request
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._end_early, request, mapper)
-                nursery.start_soon(self.watch_model_api, mapper)
-                while True:
-                    try:
-                        update = await receive_ready(self._updates)
-                    except trio.EndOfChannel:
-                        update = None
-                    if update is None:
-                        self.healthy = False
-                        raise self.host.failure("exited in the middle of a turn")
-                    if update is PROMPT_DONE:
-                        break
-                    if update is _EARLY_END:
-                        ended_early = True
-                        break
-                    mapper.feed(update)
-                    await self._emit(ctx, mapper)
-                nursery.cancel_scope.cancel()
-            finished = True
-        finally:
-            self._turn_ctx, self._mapper = None, None
-            if not finished and not request.done.is_set():
-                request.detached = request.abandoned = True
-                request.scope.cancel()
-                await self._abandon()
-        mapper.close_text()
-        for call_id in list(mapper.tools):
-            if call_id in mapper.declined:
-                mapper.complete_tool(call_id, failed=False, declined=True)
-        await self._emit(ctx, mapper)
-        if ended_early:
-            # Interrupted, and nothing of the turn is left running: done, without the agent's
-            # answer (consumed in the background; the session is busy until it comes).
-            if not self.keeps_unfinished_prompts and mapper.tool_seen:
-                await ctx.set_backend_session_id(self.session_id)
-                if turn.bootstrap:
-                    await ctx.mark_role_bootstrap_applied()
-            return b.TurnOutcome("interrupted")
-        if request.failure is not None:
-            raise request.failure
-        result: Any = request.result
-        error = request.error
-        result = result if isinstance(result, dict) else {}
-        stop = result.get("stopReason")
-        finished = error is None and stop != "cancelled"
-        if not self.keeps_unfinished_prompts and (finished or mapper.tool_seen):
-            # The turn is in the agent's conversation now (Gemini keeps an unfinished turn
-            # once the model's answer was complete, i.e. it called a tool): the session can be
-            # resumed, and the role went in with it.
+        return mapper, prompt
+
+    async def _follow_prompt(
+        self, request: Prompt, mapper: AcpTurnMapper, ctx: b.TurnContext
+    ) -> bool:
+        """Map the session's updates until the prompt is answered (False) or the turn may end
+        early after an interrupt (True)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._end_early, request, mapper)
+            nursery.start_soon(self.watch_model_api, mapper)
+            while True:
+                try:
+                    update = await receive_ready(self._updates)
+                except trio.EndOfChannel:
+                    update = None
+                if update is None:
+                    self.healthy = False
+                    raise self.host.failure("exited in the middle of a turn")
+                if update is PROMPT_DONE or update is _EARLY_END:
+                    nursery.cancel_scope.cancel()
+                    return update is _EARLY_END
+                mapper.feed(update)
+                await self._emit(ctx, mapper)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _record_conversation(
+        self, turn: b.TurnInput, ctx: b.TurnContext, in_conversation: bool
+    ) -> None:
+        """For an agent that drops unfinished prompts: once the turn is in the agent's
+        conversation, the session can be resumed and the role went in with it."""
+        if not self.keeps_unfinished_prompts and in_conversation:
+            assert self.session_id is not None
             await ctx.set_backend_session_id(self.session_id)
             if turn.bootstrap:
                 await ctx.mark_role_bootstrap_applied()
+
+    async def _outcome(
+        self, request: Prompt, turn: b.TurnInput, ctx: b.TurnContext, mapper: AcpTurnMapper
+    ) -> b.TurnOutcome:
+        """The turn's end, from the agent's answer to its prompt."""
+        if request.failure is not None:
+            raise request.failure
+        error = request.error
+        result: dict[str, Any] = request.result if isinstance(request.result, dict) else {}
+        stop = result.get("stopReason")
+        # (Gemini keeps an unfinished turn once the model's answer was complete, i.e. it
+        # called a tool.)
+        finished = error is None and stop != "cancelled"
+        await self._record_conversation(turn, ctx, finished or mapper.tool_seen)
         if error is not None:
             if mapper.cancelled:
                 # We had sent session/cancel: the user asked to stop, and that is what happened.
