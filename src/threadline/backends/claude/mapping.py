@@ -41,7 +41,6 @@ from ...protocol import (
     TokenUsageBreakdown,
     ToolOutputText,
     TurnError,
-    TurnPlanStep,
     UnknownAction,
     WebSearchActionSearch,
     WebSearchItem,
@@ -54,6 +53,8 @@ from ..kit.api_errors import (
     refused,
     unreachable,
 )
+from ..kit.plan import todo_steps
+from ..kit.usage import UsageFields, read_usage
 from .spec import SPEC
 
 __all__ = [
@@ -69,11 +70,6 @@ EDIT_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 #: `tool_use_result` of a tool the CLI stopped because of an interrupt (claude 2.1.197).
 _CUT_OFF = "User rejected tool use"
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (\d+)")
-_TODO_STATUS: dict[str, Literal["pending", "inProgress", "completed"]] = {
-    "pending": "pending",
-    "in_progress": "inProgress",
-    "completed": "completed",
-}
 #: What to check when the API cannot be reached.
 _CHECK = "ANTHROPIC_BASE_URL"
 
@@ -180,26 +176,17 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+_USAGE = UsageFields(
+    input="input_tokens",
+    more_input=("cache_read_input_tokens", "cache_creation_input_tokens"),
+    output="output_tokens",
+    cached="cache_read_input_tokens",
+    cache_write="cache_creation_input_tokens",
+)
+
+
 def usage_breakdown(usage: Any) -> TokenUsageBreakdown | None:
-    if not isinstance(usage, dict):
-        return None
-
-    def n(key: str) -> int:
-        value = usage.get(key)
-        return value if isinstance(value, int) else 0
-
-    cached = n("cache_read_input_tokens")
-    written = n("cache_creation_input_tokens")
-    inp = n("input_tokens") + cached + written
-    out = n("output_tokens")
-    return TokenUsageBreakdown(
-        total_tokens=inp + out,
-        input_tokens=inp,
-        cached_input_tokens=cached,
-        output_tokens=out,
-        reasoning_output_tokens=0,
-        cache_write_input_tokens=written,
-    )
+    return read_usage(usage, _USAGE)
 
 
 @dataclass
@@ -365,16 +352,7 @@ class ClaudeTurnMapper:
             return []
         if name == "TodoWrite":
             self._plan_tools.add(tool_id)
-            steps = []
-            for todo in args.get("todos") or []:
-                if isinstance(todo, dict):
-                    steps.append(
-                        TurnPlanStep(
-                            step=str(todo.get("content") or todo.get("activeForm") or ""),
-                            status=_TODO_STATUS.get(str(todo.get("status")), "pending"),
-                        )
-                    )
-            return [b.PlanUpdated(steps)]
+            return [b.PlanUpdated(todo_steps(args.get("todos"), fallback_text="activeForm"))]
         item = self.item_for_tool(tool_id, name, args)
         self.tools[tool_id] = item
         return [b.ItemStarted(item)]

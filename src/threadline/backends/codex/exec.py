@@ -29,6 +29,7 @@ from ...protocol import (
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure
 from ..kit.per_turn import open_turn_process
+from ..kit.usage import UsageFields, read_usage
 from .api import STATUS_TEXT, api_failure, provider_url, retry_status
 from .invocation import _COMMON_FLAGS, _config_flags, _env, _exit_error
 
@@ -114,23 +115,17 @@ def _exec_item(
     return None
 
 
+_USAGE = UsageFields(
+    input="input_tokens",
+    output="output_tokens",
+    cached="cached_input_tokens",
+    reasoning="reasoning_output_tokens",
+    cache_write="cache_write_input_tokens",
+)
+
+
 def _usage(raw: Any) -> TokenUsageBreakdown | None:
-    if not isinstance(raw, dict):
-        return None
-
-    def n(key: str) -> int:
-        v = raw.get(key)
-        return v if isinstance(v, int) else 0
-
-    inp, out = n("input_tokens"), n("output_tokens")
-    return TokenUsageBreakdown(
-        total_tokens=inp + out,
-        input_tokens=inp,
-        cached_input_tokens=n("cached_input_tokens"),
-        output_tokens=out,
-        reasoning_output_tokens=n("reasoning_output_tokens"),
-        cache_write_input_tokens=n("cache_write_input_tokens"),
-    )
+    return read_usage(raw, _USAGE)
 
 
 class CodexExecSession(b.BackendSession):

@@ -38,7 +38,7 @@ from ..kit.api_errors import (
     unreachable,
 )
 from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
-from ..kit.usage import UsageTotals
+from ..kit.usage import UsageFields, UsageTotals, read_usage
 from .invocation import (
     _ATTEMPT_FAILED,
     _CHECK,
@@ -273,17 +273,13 @@ def _info_from_text(message: str) -> str:
     return "other"
 
 
+_USAGE = UsageFields(
+    input="input_tokens", output="output_tokens", total="total_tokens", cached="cached"
+)
+
+
 def _headless_usage(stats: Any) -> TokenUsageBreakdown | None:
-    if not isinstance(stats, dict):
-        return None
-    inp, out = int(stats.get("input_tokens") or 0), int(stats.get("output_tokens") or 0)
-    return TokenUsageBreakdown(
-        total_tokens=int(stats.get("total_tokens") or inp + out),
-        input_tokens=inp,
-        cached_input_tokens=int(stats.get("cached") or 0),
-        output_tokens=out,
-        reasoning_output_tokens=0,
-    )
+    return read_usage(stats, _USAGE)
 
 
 def _headless_tool(event: dict[str, Any], cwd: str) -> ThreadItem:

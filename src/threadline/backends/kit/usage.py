@@ -2,9 +2,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from ...protocol import ThreadTokenUsage, TokenUsageBreakdown
 
-__all__ = ["UsageTotals", "add_usage"]
+__all__ = ["UsageFields", "UsageTotals", "add_usage", "read_usage"]
+
+
+@dataclass(frozen=True)
+class UsageFields:
+    """Where a CLI's usage report keeps each count ("a.b" looks inside "a"; "" means the
+    report has no such count)."""
+
+    input: str
+    output: str
+    #: Reported apart from `input` but part of what the model read (claude's cache reads).
+    more_input: tuple[str, ...] = ()
+    total: str = ""
+    cached: str = ""
+    reasoning: str = ""
+    cache_write: str = ""
+
+
+def _count(raw: Mapping[str, Any], key: str) -> int:
+    value: Any = raw
+    for part in key.split(".") if key else ():
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def read_usage(raw: Any, fields: UsageFields) -> TokenUsageBreakdown | None:
+    """A usage report (a JSON object) as threadline's breakdown; None when it is not one."""
+    if not isinstance(raw, Mapping):
+        return None
+    inp = _count(raw, fields.input) + sum(_count(raw, key) for key in fields.more_input)
+    out = _count(raw, fields.output)
+    return TokenUsageBreakdown(
+        total_tokens=_count(raw, fields.total) or inp + out,
+        input_tokens=inp,
+        cached_input_tokens=_count(raw, fields.cached),
+        output_tokens=out,
+        reasoning_output_tokens=_count(raw, fields.reasoning),
+        cache_write_input_tokens=_count(raw, fields.cache_write) if fields.cache_write else None,
+    )
 
 
 def add_usage(a: TokenUsageBreakdown, c: TokenUsageBreakdown) -> TokenUsageBreakdown:

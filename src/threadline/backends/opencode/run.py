@@ -31,7 +31,8 @@ from ..kit.acp import (
 )
 from ..kit.api_errors import ConnectionWatch
 from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
-from ..kit.usage import UsageTotals, add_usage
+from ..kit.plan import todo_steps
+from ..kit.usage import UsageFields, UsageTotals, add_usage, read_usage
 from .api import (
     LOG_FLAGS,
     api_error,
@@ -197,20 +198,18 @@ class _DatabaseLocked(Exception):
         self.error = error
 
 
+_STEP_USAGE = UsageFields(
+    input="input",
+    output="output",
+    total="total",
+    cached="cache.read",
+    reasoning="reasoning",
+    cache_write="cache.write",
+)
+
+
 def _step_usage(tokens: Any) -> TokenUsageBreakdown | None:
-    if not isinstance(tokens, dict):
-        return None
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-    assert isinstance(cache, dict)
-    inp, out = int(tokens.get("input") or 0), int(tokens.get("output") or 0)
-    return TokenUsageBreakdown(
-        total_tokens=int(tokens.get("total") or inp + out),
-        input_tokens=inp,
-        cached_input_tokens=int(cache.get("read") or 0),
-        output_tokens=out,
-        reasoning_output_tokens=int(tokens.get("reasoning") or 0),
-        cache_write_input_tokens=int(cache.get("write") or 0),
-    )
+    return read_usage(tokens, _STEP_USAGE)
 
 
 def _run_tool(part: dict[str, Any], cwd: str) -> ThreadItem | list[TurnPlanStep]:
@@ -254,14 +253,7 @@ def _run_tool(part: dict[str, Any], cwd: str) -> ThreadItem | list[TurnPlanStep]
             status="declined" if rejected else ("completed" if ok else "failed"),
         )
     if tool == "todowrite":
-        steps = []
-        for todo in args.get("todos") or []:
-            if isinstance(todo, dict):
-                status = {"in_progress": "inProgress", "completed": "completed"}.get(
-                    str(todo.get("status")), "pending"
-                )
-                steps.append(TurnPlanStep(step=str(todo.get("content", "")), status=status))  # type: ignore[arg-type]
-        return steps
+        return todo_steps(args.get("todos"))
     output = state.get("output")
     text = str(output) if output is not None else error
     return DynamicToolCallItem(

@@ -22,12 +22,13 @@ from ....protocol import (
     ThreadItem,
     TokenUsageBreakdown,
     ToolOutputText,
-    TurnPlanStep,
     UnknownAction,
     WebSearchActionSearch,
     WebSearchItem,
 )
 from ... import base as b
+from ..plan import todo_steps
+from ..usage import UsageFields, read_usage
 
 __all__ = ["AcpTurnMapper", "usage_from_prompt_result"]
 
@@ -150,14 +151,7 @@ class AcpTurnMapper:
             self.close_text()
             self._tool(update)
         elif kind == "plan":
-            steps = []
-            for entry in update.get("entries") or []:
-                if isinstance(entry, dict):
-                    status = {"in_progress": "inProgress", "completed": "completed"}.get(
-                        str(entry.get("status")), "pending"
-                    )
-                    steps.append(TurnPlanStep(step=str(entry.get("content", "")), status=status))  # type: ignore[arg-type]
-            self.events.append(b.PlanUpdated(steps))
+            self.events.append(b.PlanUpdated(todo_steps(update.get("entries"))))
         # user_message_chunk (history replay), available_commands_update, usage_update,
         # config_option_update, current_mode_update: nothing for the client here.
 
@@ -279,28 +273,22 @@ class AcpTurnMapper:
         self.events.append(b.ItemCompleted(item))
 
 
+#: OpenCode's `usage` in a prompt result.
+_ACP_USAGE = UsageFields(
+    input="inputTokens",
+    output="outputTokens",
+    total="totalTokens",
+    cached="cachedReadTokens",
+    reasoning="thoughtTokens",
+    cache_write="cachedWriteTokens",
+)
+#: Gemini's `_meta.quota.token_count` in a prompt result.
+_QUOTA_USAGE = UsageFields(input="input_tokens", output="output_tokens")
+
+
 def usage_from_prompt_result(result: dict[str, Any]) -> TokenUsageBreakdown | None:
-    usage = result.get("usage")
-    if isinstance(usage, dict):  # OpenCode
-        inp = int(usage.get("inputTokens") or 0)
-        out = int(usage.get("outputTokens") or 0)
-        return TokenUsageBreakdown(
-            total_tokens=int(usage.get("totalTokens") or inp + out),
-            input_tokens=inp,
-            cached_input_tokens=int(usage.get("cachedReadTokens") or 0),
-            output_tokens=out,
-            reasoning_output_tokens=int(usage.get("thoughtTokens") or 0),
-            cache_write_input_tokens=int(usage.get("cachedWriteTokens") or 0),
-        )
+    """The turn's usage from the agent's answer to `session/prompt`, when it reports one."""
+    if isinstance(result.get("usage"), dict):
+        return read_usage(result["usage"], _ACP_USAGE)
     quota = ((result.get("_meta") or {}).get("quota") or {}).get("token_count")
-    if isinstance(quota, dict):  # Gemini
-        inp = int(quota.get("input_tokens") or 0)
-        out = int(quota.get("output_tokens") or 0)
-        return TokenUsageBreakdown(
-            total_tokens=inp + out,
-            input_tokens=inp,
-            cached_input_tokens=0,
-            output_tokens=out,
-            reasoning_output_tokens=0,
-        )
-    return None
+    return read_usage(quota, _QUOTA_USAGE)
