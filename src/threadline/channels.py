@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["receive_ready", "send_ready"]
+__all__ = ["receive_ready", "receive_ready_or_none", "send_ready"]
 
 T = TypeVar("T")
 
@@ -32,3 +32,11 @@ async def receive_ready(channel: trio.MemoryReceiveChannel[T]) -> T:
         return channel.receive_nowait()
     except trio.WouldBlock:
         return await channel.receive()
+
+
+async def receive_ready_or_none(channel: trio.MemoryReceiveChannel[T | None]) -> T | None:
+    """`receive_ready`, with None once the channel is closed (a CLI's reader has ended)."""
+    try:
+        return await receive_ready(channel)
+    except trio.EndOfChannel:
+        return None

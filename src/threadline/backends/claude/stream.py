@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import trio
 
-from ...channels import receive_ready, send_ready
+from ...channels import receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
 from ...protocol import (
     ToolRequestUserInputOption,
@@ -214,10 +214,7 @@ class ClaudeStreamSession(b.BackendSession):
         pending_tools: dict[str, str] = {}  # control request id -> tool_use_id
         interrupted = False
         while True:
-            try:
-                message = await receive_ready(self._messages)
-            except trio.EndOfChannel:
-                message = None
+            message = await receive_ready_or_none(self._messages)
             if message is None:
                 self.healthy = False
                 raise _failure_from_exit(self.proc, "exited in the middle of a turn")

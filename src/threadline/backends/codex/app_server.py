@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import trio
 
-from ...channels import receive_ready, send_ready
+from ...channels import receive_ready_or_none, send_ready
 from ...procs.group import (
     GroupProcess,
     LineTooLong,
@@ -394,10 +394,7 @@ class CodexAppServerSession(b.BackendSession):
             self._nursery.start_soon(self._interrupt, params)
 
     async def _next_event(self) -> dict[str, Any]:
-        try:
-            msg = await receive_ready(self._events)
-        except trio.EndOfChannel:
-            msg = None
+        msg = await receive_ready_or_none(self._events)
         if msg is None:
             self.healthy = False
             raise _exit_error(self.proc, "exited in the middle of a turn")

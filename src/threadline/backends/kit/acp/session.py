@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from ....channels import receive_ready
+from ....channels import receive_ready_or_none
 from ....procs.group import (
     processes_gone,
 )
@@ -528,10 +528,7 @@ class AcpSession(b.BackendSession):
             nursery.start_soon(self._end_early, request, mapper)
             nursery.start_soon(self.watch_model_api, mapper)
             while True:
-                try:
-                    update = await receive_ready(self._updates)
-                except trio.EndOfChannel:
-                    update = None
+                update = await receive_ready_or_none(self._updates)
                 if update is None:
                     self.healthy = False
                     raise self.host.failure("exited in the middle of a turn")
