@@ -4,36 +4,27 @@ misbehaving server may write must not break the client."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from threadline.client import RpcError, ServerClosed, ServerRequest, UnknownNotification, connect
+from tests.support.json_peer import JsonLinePeer
+from threadline.backends.registry import create_backends
+from threadline.client import (
+    RpcError,
+    ServerClosed,
+    ServerRequest,
+    UnknownNotification,
+    connect,
+    in_process,
+)
 from threadline.protocol import AgentMessageDeltaNotification, TurnCompletedNotification
-
-
-class Peer:
-    """The server side of an in-memory connection."""
-
-    def __init__(self) -> None:
-        self.to_client, self.client_in = trio.testing.memory_stream_one_way_pair()
-        self.client_out, self.from_client = trio.testing.memory_stream_one_way_pair()
-        self._buf = b""
-
-    async def write(self, message: Any) -> None:
-        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
-        await self.to_client.send_all(data)
-
-    async def read(self) -> Any:
-        while b"\n" not in self._buf:
-            chunk = await self.from_client.receive_some()
-            if not chunk:
-                raise EOFError
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+from threadline.server.app import Server
+from threadline.server.config import ServerConfig
+from threadline.store import ThreadStore
 
 
 def turn_completed(thread_id: str, turn_id: str) -> dict[str, Any]:
@@ -47,8 +38,8 @@ def turn_completed(thread_id: str, turn_id: str) -> dict[str, Any]:
 
 
 async def test_garbage_unknown_shapes_and_stray_responses_are_tolerated() -> None:
-    peer = Peer()
-    async with connect(peer.client_out, peer.client_in) as client:
+    peer = JsonLinePeer()
+    async with connect(peer.their_send, peer.their_receive) as client:
         events = client.subscribe()
         started = trio.Event()
         result: dict[str, Any] = {}
@@ -113,12 +104,12 @@ def _turn(turn_id: str) -> dict[str, Any]:
 
 
 async def test_errors_and_unanswerable_requests() -> None:
-    peer = Peer()
+    peer = JsonLinePeer()
 
     async def broken(_request: ServerRequest) -> Any:
         raise RuntimeError("bug")
 
-    async with connect(peer.client_out, peer.client_in) as client:
+    async with connect(peer.their_send, peer.their_receive) as client:
         async with trio.open_nursery() as nursery:
 
             async def call() -> None:
@@ -167,6 +158,41 @@ async def test_errors_and_unanswerable_requests() -> None:
 
             nursery.start_soon(pending)
             await peer.read()
-            await peer.to_client.aclose()
+            await peer.to_them.aclose()
         with pytest.raises(ServerClosed):
             await client.request("thread/list", {})
+
+
+async def test_in_process_server_runs_a_turn_and_the_trace_sees_every_line(
+    home: Path, workdir: Path
+) -> None:
+    server = Server(ServerConfig(default_backend="mock"), ThreadStore(home), create_backends())
+    lines: list[tuple[str, Any]] = []
+    answered_null_id = trio.Event()
+
+    def trace(side: str, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = line
+        lines.append((side, message))
+        if side == "receive" and message.get("id", 0) is None:
+            answered_null_id.set()
+
+    async with in_process(server.serve, trace=trace, client_name="tests") as client:
+        assert client.server_info is not None
+        thread = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread
+        turn = await client.run_turn(thread.id, "/text hello in process")
+        assert turn.completed is not None and turn.completed.turn.status == "completed"
+        assert turn.text == "hello in process"
+        await client.send_line(b'{"id": 5, "method": ')
+        with trio.fail_after(10):
+            await answered_null_id.wait()
+
+    sent = [m for side, m in lines if side == "send"]
+    assert [m.get("method") for m in sent[:3]] == ["initialize", "initialized", "thread/start"]
+    assert sent[0]["params"]["clientInfo"]["name"] == "tests"
+    assert sent[-1] == b'{"id": 5, "method": '
+    received = [m for side, m in lines if side == "receive"]
+    assert "turn/completed" in [m.get("method") for m in received]
+    assert received[-1]["id"] is None and received[-1]["error"]["code"] == -32700

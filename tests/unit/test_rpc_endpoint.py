@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support.json_peer import JsonLinePeer
 from threadline.rpc.endpoint import (
     Endpoint,
     Incoming,
@@ -20,30 +21,16 @@ from threadline.rpc.endpoint import (
     ResponseError,
 )
 from threadline.rpc.errors import RpcError
-from threadline.rpc.transport import StreamTransport
+from threadline.rpc.transport import StreamTransport, TracedTransport
 
 
-class Peer:
-    """The other side of an in-memory connection, speaking JSON lines."""
-
+class Peer(JsonLinePeer):
     def __init__(self) -> None:
-        self.to_endpoint, endpoint_in = trio.testing.memory_stream_one_way_pair()
-        endpoint_out, self.from_endpoint = trio.testing.memory_stream_one_way_pair()
-        self.transport = StreamTransport(endpoint_out, endpoint_in)
-        self._buf = b""
+        super().__init__()
+        self.transport = StreamTransport(self.their_send, self.their_receive)
 
-    async def write(self, message: Any) -> None:
-        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
-        await self.to_endpoint.send_all(data)
-
-    async def read(self) -> Any:
-        while b"\n" not in self._buf:
-            chunk = await self.from_endpoint.receive_some()
-            if not chunk:
-                raise EOFError
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+    async def close(self) -> None:
+        await self.to_them.aclose()
 
 
 async def test_answers_reach_their_requests_in_any_order_and_errors_raise() -> None:
@@ -71,7 +58,7 @@ async def test_answers_reach_their_requests_in_any_order_and_errors_raise() -> N
         await peer.write({"id": first["id"], "result": {"ok": True}})
         await peer.write({"id": True, "result": "a bool id is nobody's"})
         await trio.testing.wait_all_tasks_blocked()
-        await peer.to_endpoint.aclose()
+        await peer.close()
 
     assert results["first"] == {"ok": True}
     failure = results["second"]
@@ -101,7 +88,7 @@ async def test_a_request_times_out_and_its_late_answer_is_dropped() -> None:
 
         nursery.start_soon(answer_next)
         assert await endpoint.request("fast", sent=sent, timeout=5) == "on time"
-        await peer.to_endpoint.aclose()
+        await peer.close()
 
 
 async def test_notifications_in_order_and_requests_answered_by_the_handler() -> None:
@@ -136,7 +123,7 @@ async def test_notifications_in_order_and_requests_answered_by_the_handler() -> 
         await peer.write({"id": 8, "method": "crash"})
         crashed = await peer.read()
         assert crashed["id"] == 8 and crashed["error"]["code"] == -32603
-        await peer.to_endpoint.aclose()
+        await peer.close()
     assert seen == [("progress", {"step": 1}), ("progress", None)]
 
 
@@ -148,7 +135,7 @@ async def test_without_a_request_handler_requests_get_method_not_found() -> None
         await peer.write({"id": 1, "method": "fs/read_text_file", "params": {}})
         answer = await peer.read()
         assert answer["id"] == 1 and answer["error"]["code"] == -32601
-        await peer.to_endpoint.aclose()
+        await peer.close()
 
 
 async def test_when_the_peer_goes_away_on_eof_runs_then_pending_requests_fail() -> None:
@@ -178,7 +165,7 @@ async def test_when_the_peer_goes_away_on_eof_runs_then_pending_requests_fail() 
         await peer.read()
         await peer.write({"id": 1, "method": "approve", "params": {}})
         await trio.testing.wait_all_tasks_blocked()
-        await peer.to_endpoint.aclose()
+        await peer.close()
     assert events == ["eof", "thread/start: codex closed its output"]
     assert handler_cancelled.is_set()
     with pytest.raises(PeerClosed):
@@ -223,12 +210,8 @@ async def test_over_a_child_process_pipes_with_a_trace() -> None:
     )
     assert proc.stdin is not None and proc.stdout is not None
     transport = StreamTransport(proc.stdin, proc.stdout)
-    endpoint = Endpoint(
-        transport,
-        on_notification=on_notification,
-        on_eof=proc.wait,
-        trace=lambda side, line: lines.append((side, line)),
-    )
+    traced = TracedTransport(transport, lambda side, line: lines.append((side, line)))
+    endpoint = Endpoint(traced, on_notification=on_notification, on_eof=proc.wait)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(endpoint.run)

@@ -9,6 +9,9 @@
             ...
         status, text = turn.completed.turn.status, turn.text
 
+`connect()` attaches to a server over any pair of trio streams, `in_process()` runs one
+inside this trio run (`Server(...).serve`) over in-memory streams.
+
 Notifications are the Structs of `threadline.protocol` (`AgentMessageDeltaNotification`,
 `ItemStartedNotification`, ...); approvals reach `on_request` (per turn) or the client's
 `approval_handler` as `ServerRequest`s and must be answered; a handler that raises, or no
@@ -20,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._client import ApprovalHandler, Client, RpcError, ServerClosed, TurnStream, connect
+from ._in_process import in_process
 from ._messages import Notification, ServerRequest, UnknownNotification
 from ._spawn import spawn
 
@@ -35,6 +39,7 @@ __all__ = [
     "accept_all",
     "connect",
     "decline_all",
+    "in_process",
     "spawn",
 ]
 

@@ -1,9 +1,9 @@
 """`Client`: one JSON-RPC connection to a threadline server, over any pair of trio streams.
 
-One reader task owns the receive side: responses go to the request that waits for them,
-notifications go to the turn running on their thread (and to `subscribe()`rs), and every server
-request is answered by a handler in its own task, so a slow approval never stalls the stream.
-Sends are serialised by a lock so lines never interleave.
+The connection is a `threadline.rpc.endpoint.Endpoint`: responses go to the request that waits
+for them, notifications to the turn running on their thread (and to `subscribe()`rs), and every
+server request is answered by a handler in its own task, so a slow approval never stalls the
+stream.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any
 
-import msgspec
 import trio
 
 from ..protocol import (
@@ -39,9 +38,11 @@ from ..protocol import (
     TurnStartParams,
     UserInput,
 )
-from ..rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
+from ..rpc import errors
+from ..rpc.endpoint import Endpoint, Incoming, PeerClosed, ResponseError
+from ..rpc.framing import DEFAULT_MAX_LINE
+from ..rpc.transport import StreamTransport, Trace, TracedTransport
 from ._messages import (
-    Envelope,
     Notification,
     ServerRequest,
     UnknownNotification,
@@ -49,7 +50,15 @@ from ._messages import (
     decode_request_params,
 )
 
-__all__ = ["ApprovalHandler", "Client", "RpcError", "ServerClosed", "TurnStream", "connect"]
+__all__ = [
+    "ApprovalHandler",
+    "Client",
+    "RpcError",
+    "ServerClosed",
+    "TurnStream",
+    "connect",
+    "connected",
+]
 
 log = logging.getLogger("threadline.client")
 
@@ -58,24 +67,14 @@ log = logging.getLogger("threadline.client")
 #: answers with a decline: threadline fails closed, and so does this client.
 ApprovalHandler = Callable[[ServerRequest], Awaitable[Any]]
 
-_ENVELOPE = msgspec.json.Decoder(Envelope)
-_ENCODER = msgspec.json.Encoder()
-_RESULT_DECODERS = {m: msgspec.json.Decoder(r) for m, (_p, r) in CLIENT_METHODS.items()}
 _DECLINE = {"decision": "decline"}
 
 
-class RpcError(Exception):
-    """The server answered a request with a JSON-RPC error."""
-
-    def __init__(self, method: str, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{method}: {message} (JSON-RPC error {code})")
-        self.method = method
-        self.code = code
-        self.message = message
-        self.data = data
+#: The server answered a request with a JSON-RPC error (`method`, `code`, `message`, `data`).
+RpcError = ResponseError
 
 
-class ServerClosed(Exception):
+class ServerClosed(PeerClosed):
     """The server's output ended (it exited or the connection closed)."""
 
 
@@ -158,17 +157,20 @@ class Client:
         *,
         approval_handler: ApprovalHandler | None = None,
         max_line: int = DEFAULT_MAX_LINE,
+        trace: Trace | None = None,
     ) -> None:
-        self._send_stream = send
-        self._reader = LineReader(receive, max_line)
+        """`trace` sees every line both ways, without its newline: ("send" | "receive",
+        line)."""
+        self._transport = StreamTransport(send, receive, max_line)
+        self._endpoint = Endpoint(
+            self._transport if trace is None else TracedTransport(self._transport, trace),
+            name="the server",
+            on_notification=self._on_notification,
+            on_request=self._answer,
+        )
         self.approval_handler = approval_handler
-        self._send_lock = trio.Lock()
-        self._next_id = 0
-        self._pending: dict[int, tuple[str, trio.MemorySendChannel[Envelope | ServerClosed]]] = {}
         self._turns: dict[str, TurnStream] = {}
         self._subscribers: list[trio.MemorySendChannel[Notification]] = []
-        self._closed: ServerClosed | None = None
-        self._nursery: trio.Nursery | None = None
         #: The `initialize` result, once `initialize()` ran.
         self.server_info: InitializeResponse | None = None
 
@@ -177,37 +179,25 @@ class Client:
     async def request(self, method: str, params: Base | dict[str, Any] | None = None) -> Any:
         """Send a request and return its result: the protocol Struct for methods threadline
         defines (e.g. `ThreadStartResponse`), the decoded JSON otherwise. Raises `RpcError`."""
-        if self._closed is not None:
-            raise ServerClosed(str(self._closed))
-        self._next_id += 1
-        rid = self._next_id
-        send, recv = trio.open_memory_channel[Envelope | ServerClosed](1)
-        self._pending[rid] = (method, send)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
-            message["params"] = params
+        result_type = CLIENT_METHODS[method][1] if method in CLIENT_METHODS else Any
         try:
-            await self._write(message)
-            answer = await recv.receive()
-        finally:
-            self._pending.pop(rid, None)
-        if isinstance(answer, ServerClosed):
-            raise ServerClosed(f"{method}: {answer}")
-        if answer.error is not None:
-            error = answer.error
-            raise RpcError(
-                method, int(error.get("code", 0)), str(error.get("message", "")), error.get("data")
-            )
-        decoder = _RESULT_DECODERS.get(method)
-        if decoder is not None:
-            return decoder.decode(answer.result)
-        return msgspec.json.decode(answer.result) if answer.result else None
+            return await self._endpoint.request(method, params, result_type=result_type)
+        except PeerClosed as exc:
+            raise ServerClosed(str(exc)) from None
 
     async def notify(self, method: str, params: Base | dict[str, Any] | None = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        await self._write(message)
+        try:
+            await self._endpoint.notify(method, params)
+        except PeerClosed as exc:
+            raise ServerClosed(str(exc)) from None
+
+    async def send_line(self, line: bytes) -> None:
+        """Write one line as it is (without its newline): e.g. to see how the server answers
+        a malformed message."""
+        try:
+            await self._endpoint.send_line(line)
+        except PeerClosed as exc:
+            raise ServerClosed(str(exc)) from None
 
     async def initialize(
         self, name: str = "threadline.client", version: str = "0", title: str | None = None
@@ -313,61 +303,18 @@ class Client:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    async def _write(self, message: Any) -> None:
-        data = _ENCODER.encode(message) + b"\n"
-        async with self._send_lock:
-            try:
-                await self._send_stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise ServerClosed(f"cannot write to the server: {exc!r}") from exc
-
     async def aclose(self) -> None:
         """Close the sending side: the server sees EOF, ends its turns and exits."""
-        async with self._send_lock:
-            await self._send_stream.aclose()
+        await self._transport.aclose()
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            reason = "the server closed its output"
-            try:
-                await self._read_loop(nursery)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                reason = f"the server connection broke: {exc!r}"
-            finally:
-                self._shut(ServerClosed(reason))
+        try:
+            await self._endpoint.run(task_status=task_status)
+        finally:
+            self._shut(ServerClosed(str(self._endpoint.closed or "the connection closed")))
 
-    async def _read_loop(self, nursery: trio.Nursery) -> None:
-        while True:
-            try:
-                line = await self._reader.receive_line()
-            except LineTooLong as exc:
-                log.warning("skipped a server line: %s", exc)
-                continue
-            if line is None:
-                return
-            try:
-                envelope = _ENVELOPE.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                log.warning("skipped a server line that is not a JSON-RPC object: %.200r", line)
-                continue
-            if envelope.method is not None:
-                if envelope.id is None:
-                    self._route(decode_notification(envelope.method, envelope.params))
-                else:
-                    request = ServerRequest(
-                        envelope.id,
-                        envelope.method,
-                        decode_request_params(envelope.method, envelope.params),
-                    )
-                    nursery.start_soon(self._answer, request)
-            elif isinstance(envelope.id, int) and envelope.id in self._pending:
-                self._pending[envelope.id][1].send_nowait(envelope)
-            else:
-                log.warning("response to an unknown request id %r", envelope.id)
-
-    def _route(self, notification: Notification) -> None:
+    async def _on_notification(self, incoming: Incoming) -> None:
+        notification = decode_notification(incoming.method, incoming.params)
         if isinstance(notification, UnknownNotification):
             params = notification.params
             thread_id = params.get("threadId") if isinstance(params, dict) else None
@@ -382,32 +329,27 @@ class Client:
             except trio.ClosedResourceError:
                 self._subscribers.remove(subscriber)
 
-    async def _answer(self, request: ServerRequest) -> None:
+    async def _answer(self, incoming: Incoming) -> Any:
+        assert incoming.id is not None
+        params = decode_request_params(incoming.method, incoming.params)
+        request = ServerRequest(incoming.id, incoming.method, params)
         thread_id = request.thread_id
         stream = self._turns.get(thread_id) if thread_id else None
         handler = (stream.handler if stream else None) or self.approval_handler
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request.id}
+        approval = "Approval" in request.method
         if handler is None:
-            if request.method in SERVER_REQUESTS and "Approval" in request.method:
-                reply["result"] = _DECLINE
-            else:
-                reply["error"] = {"code": -32601, "message": "this client has no handler"}
-        else:
-            try:
-                reply["result"] = await handler(request)
-            except Exception as exc:  # fail closed: a broken handler is a decline
-                log.exception("approval handler failed for %s; declining", request.method)
-                if "Approval" in request.method:
-                    reply["result"] = _DECLINE
-                else:
-                    reply["error"] = {"code": -32000, "message": f"client handler failed: {exc}"}
-        with suppress(ServerClosed):
-            await self._write(reply)
+            if approval and request.method in SERVER_REQUESTS:
+                return _DECLINE
+            raise errors.RpcError(errors.METHOD_NOT_FOUND, "this client has no handler")
+        try:
+            return await handler(request)
+        except Exception as exc:  # fail closed: a broken handler is a decline
+            log.exception("approval handler failed for %s; declining", request.method)
+            if approval:
+                return _DECLINE
+            raise errors.RpcError(-32000, f"client handler failed: {exc}") from None
 
     def _shut(self, error: ServerClosed) -> None:
-        self._closed = error
-        for _method, waiter in list(self._pending.values()):
-            waiter.send_nowait(error)
         for stream in list(self._turns.values()):
             stream._abort(error)
         self._turns.clear()
@@ -415,26 +357,51 @@ class Client:
             subscriber.close()
 
 
-@asynccontextmanager
-async def connect(
+def connect(
     send: trio.abc.SendStream,
     receive: trio.abc.ReceiveStream,
     *,
     approval_handler: ApprovalHandler | None = None,
-) -> AsyncIterator[Client]:
+    trace: Trace | None = None,
+) -> AbstractAsyncContextManager[Client]:
     """Attach to a server that is already running, over its stdin (`send`) and stdout
     (`receive`) or any other pair of byte streams. Leaving the block closes `send`."""
-    client = Client(send, receive, approval_handler=approval_handler)
+    client = Client(send, receive, approval_handler=approval_handler, trace=trace)
+    return connected(client)
+
+
+@asynccontextmanager
+async def connected(
+    client: Client,
+    *,
+    initialize: bool = False,
+    client_name: str = "threadline.client",
+    wind_down: Callable[[], Awaitable[None]] | None = None,
+    background: Callable[[], Awaitable[None]] | None = None,
+) -> AsyncIterator[Client]:
+    """Run `client`'s reader (and `background`, e.g. the server it talks to) for the block,
+    after the handshake if `initialize`. Leaving it closes the client's sending side, awaits
+    `wind_down` (the server's exit) and cancels what still runs. An exception of the block
+    is re-raised as it is, not wrapped in an exception group."""
     body_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
+        if background is not None:
+            nursery.start_soon(background)
         await nursery.start(client._run)
         try:
+            if initialize:
+                await client.initialize(client_name)
             yield client
         except BaseException as exc:
-            body_error = exc  # re-raised outside the nursery, not wrapped in a group
+            body_error = exc
         finally:
-            with trio.CancelScope(shield=True), suppress(trio.BrokenResourceError):
-                await client.aclose()
+            with trio.CancelScope(shield=True):
+                # The reader keeps draining the server's output meanwhile, so the server
+                # never blocks on a full pipe while it winds down.
+                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await client.aclose()
+                if wind_down is not None:
+                    await wind_down()
             nursery.cancel_scope.cancel()
     if body_error is not None:
         raise body_error

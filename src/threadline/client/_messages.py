@@ -1,7 +1,7 @@
 """Decoding what a threadline server writes into the protocol Structs.
 
-A line is decoded in two phases (envelope with `Raw` params, then the params by method), so
-each message is parsed once. A message this client version does not know (a newer method, a
+The endpoint hands over each message's params as raw JSON; they are decoded here by method,
+so each message is parsed once. A message this client version does not know (a newer method, a
 new item kind) is not an error: it arrives as `UnknownNotification` / an untyped request.
 """
 
@@ -15,22 +15,12 @@ import msgspec
 from ..protocol import NOTIFICATIONS, SERVER_REQUESTS, Base
 
 __all__ = [
-    "Envelope",
     "Notification",
     "ServerRequest",
     "UnknownNotification",
     "decode_notification",
     "decode_request_params",
 ]
-
-
-class Envelope(msgspec.Struct):
-    # `Raw | None` does not decode objects (msgspec pitfall): an empty Raw means "absent".
-    id: int | str | None = None
-    method: str | None = None
-    params: msgspec.Raw = msgspec.Raw()
-    result: msgspec.Raw = msgspec.Raw()
-    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from typing import IO
 
 import trio
 
-from ._client import ApprovalHandler, Client
+from ..rpc.transport import Trace
+from ._client import ApprovalHandler, Client, connected
 
 __all__ = ["spawn"]
 
@@ -37,6 +39,7 @@ async def spawn(
     client_name: str = "threadline.client",
     shutdown_timeout: float = 10.0,
     start_new_session: bool = False,
+    trace: Trace | None = None,
 ) -> AsyncIterator[Client]:
     """Run a threadline server for the duration of the block.
 
@@ -46,7 +49,8 @@ async def spawn(
 
     Leaving the block closes the server's stdin; the server then interrupts running turns,
     kills their CLIs and exits. It gets `shutdown_timeout` seconds before SIGTERM, then
-    SIGKILL. `start_new_session` keeps a terminal's Ctrl-C from reaching the server."""
+    SIGKILL. `start_new_session` keeps a terminal's Ctrl-C from reaching the server. `trace`
+    sees every line both ways (see `Client`)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     proc = await trio.lowlevel.open_process(
@@ -59,32 +63,18 @@ async def spawn(
         start_new_session=start_new_session,
     )
     assert proc.stdin is not None and proc.stdout is not None
-    client = Client(proc.stdin, proc.stdout, approval_handler=approval_handler)
-    body_error: BaseException | None = None
+    client = Client(proc.stdin, proc.stdout, approval_handler=approval_handler, trace=trace)
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(client._run)
-            try:
-                if initialize:
-                    await client.initialize(client_name)
-                yield client
-            except BaseException as exc:
-                # Re-raised below, outside the nursery: the caller sees its own exception,
-                # not an ExceptionGroup around it.
-                body_error = exc
-            finally:
-                with trio.CancelScope(shield=True):
-                    # The reader keeps draining stdout meanwhile, so the server never blocks
-                    # on a full pipe while it winds down.
-                    with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        await client.aclose()
-                    await _reap(proc, shutdown_timeout)
-                nursery.cancel_scope.cancel()
+        async with connected(
+            client,
+            initialize=initialize,
+            client_name=client_name,
+            wind_down=partial(_reap, proc, shutdown_timeout),
+        ):
+            yield client
     finally:
         with trio.CancelScope(shield=True):
             await _reap(proc, 0)
-    if body_error is not None:
-        raise body_error
 
 
 async def _reap(proc: trio.Process, timeout: float) -> None:

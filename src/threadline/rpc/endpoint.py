@@ -8,7 +8,8 @@ return value is the result and whose `RpcError` is the error response.
 
 `run()` is the one reader. When the peer's output ends it awaits `on_eof`, cancels the
 request handlers still running and fails every pending request with `PeerClosed`.
-Every message written carries `"jsonrpc": "2.0"`; incoming ones need not.
+Every message written carries `"jsonrpc": "2.0"`; incoming ones need not. To see the wire,
+give it a `transport.TracedTransport`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import trio
@@ -34,7 +35,6 @@ __all__ = [
     "RequestHandler",
     "RequestTimeout",
     "ResponseError",
-    "Trace",
 ]
 
 log = logging.getLogger("threadline.rpc")
@@ -101,9 +101,8 @@ NotificationHandler = Callable[[Incoming], Awaitable[None]]
 #: Answers a request from the peer: the return value is the result; raising `RpcError`
 #: answers with that error, any other exception with -32603.
 RequestHandler = Callable[[Incoming], Awaitable[Any]]
-#: Sees every line, without its newline: ("send" | "receive", line).
-Trace = Callable[[Literal["send", "receive"], bytes], None]
-
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_ENCODER = msgspec.json.Encoder()
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
@@ -116,7 +115,6 @@ class Endpoint:
         on_notification: NotificationHandler | None = None,
         on_request: RequestHandler | None = None,
         on_eof: Callable[[], Awaitable[None]] | None = None,
-        trace: Trace | None = None,
     ) -> None:
         """`name` names the peer in errors and logs. `on_eof` runs when the peer's output
         ends, before the pending requests fail (e.g. to wait for a process's exit status
@@ -126,11 +124,8 @@ class Endpoint:
         self._on_notification = on_notification
         self._on_request = on_request
         self._on_eof = on_eof
-        self._trace = trace
-        self._encoder = msgspec.json.Encoder()
-        self._decoder = msgspec.json.Decoder(_Envelope)
-        self._next_id = 0
         self._pending: dict[int, trio.MemorySendChannel[_Envelope | PeerClosed]] = {}
+        self._next_id = 0
         #: Why the connection ended, once it has (requests then fail at once).
         self.closed: PeerClosed | None = None
 
@@ -143,22 +138,13 @@ class Endpoint:
         *,
         timeout: float | None = None,
         sent: trio.Event | None = None,
+        result_type: Any = Any,
     ) -> Any:
-        """Send a request; return its result as plain JSON values. See `request_raw`."""
-        raw = await self.request_raw(method, params, timeout=timeout, sent=sent)
-        return msgspec.json.decode(raw) if raw else None
-
-    async def request_raw(
-        self,
-        method: str,
-        params: Any = None,
-        *,
-        timeout: float | None = None,
-        sent: trio.Event | None = None,
-    ) -> msgspec.Raw:
         """Send a request (`params`: a dict, a Struct, or None to omit them) and return its
-        raw result. `sent` is set once the request is written; `timeout` bounds the wait for
-        the answer after that. Raises `ResponseError`, `RequestTimeout` or `PeerClosed`."""
+        result decoded as `result_type` (default: plain JSON values; None when absent).
+        `sent` is set once the request is written; `timeout` bounds the wait for the answer
+        after that. Raises `ResponseError`, `RequestTimeout`, `PeerClosed`, or
+        `msgspec.ValidationError` for a result that is not a `result_type`."""
         if self.closed is not None:
             raise PeerClosed(f"{method}: {self.closed}")
         self._next_id += 1
@@ -180,7 +166,7 @@ class Endpoint:
             raise PeerClosed(f"{method}: {answer}")
         if answer.error is not None:
             raise ResponseError.of(method, answer.error)
-        return answer.result
+        return msgspec.json.decode(answer.result, type=result_type) if answer.result else None
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self._write(_message(method, params))
@@ -195,15 +181,13 @@ class Endpoint:
 
     async def send_line(self, line: bytes) -> None:
         """Write one line as it is (no newline in it), e.g. a malformed one."""
-        if self._trace is not None:
-            self._trace("send", line)
         try:
             await self._transport.write(line + b"\n")
         except Exception as exc:  # whatever the transport raises, the peer is unreachable
             raise PeerClosed(f"cannot write to {self.name}: {exc}") from exc
 
     async def _write(self, message: dict[str, Any]) -> None:
-        await self.send_line(self._encoder.encode(message))
+        await self.send_line(_ENCODER.encode(message))
 
     # -- receiving -----------------------------------------------------------------------------
 
@@ -240,10 +224,8 @@ class Endpoint:
                 continue
             if line is None:
                 return
-            if self._trace is not None:
-                self._trace("receive", line)
             try:
-                envelope = self._decoder.decode(line)
+                envelope = _ENVELOPE.decode(line)
             except _DECODE_ERRORS:
                 log.info("%s wrote a line that is not a JSON-RPC message: %.200r", self.name, line)
                 continue

@@ -7,13 +7,17 @@ byte streams (in-memory streams, sockets, a spawned process's pipes), or a
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Literal, Protocol
 
 import trio
 
 from .framing import DEFAULT_MAX_LINE, LineReader
 
-__all__ = ["LineTransport", "StreamTransport"]
+__all__ = ["LineTransport", "StreamTransport", "Trace", "TracedTransport"]
+
+#: Sees every line, without its newline: ("send" | "receive", line).
+Trace = Callable[[Literal["send", "receive"], bytes], None]
 
 
 class LineTransport(Protocol):
@@ -50,3 +54,22 @@ class StreamTransport:
         """Close the sending side (the peer sees EOF) once no line is half written."""
         async with self._lock:
             await self._send.aclose()
+
+
+class TracedTransport:
+    """A transport that shows every line it carries to `trace` (a wire log, a transcript)."""
+
+    def __init__(self, inner: LineTransport, trace: Trace) -> None:
+        self._inner = inner
+        self._trace = trace
+
+    async def read_line(self) -> bytes | None:
+        line = await self._inner.read_line()
+        if line is not None:
+            self._trace("receive", line)
+        return line
+
+    async def write(self, data: bytes) -> None:
+        for line in data.removesuffix(b"\n").split(b"\n"):
+            self._trace("send", line)
+        await self._inner.write(data)
