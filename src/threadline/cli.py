@@ -155,7 +155,7 @@ def _reap_stale(run_dir: Path) -> None:
 
 
 def _schema(out: Path) -> int:
-    from .schema import write_schemas
+    from ._tools.schema import write_schemas
 
     for path in write_schemas(out):
         print(path)
@@ -163,7 +163,7 @@ def _schema(out: Path) -> int:
 
 
 def _docs(out: Path, schemas: Path) -> int:
-    from .docgen import write_docs
+    from ._tools.docs import write_docs
 
     for path in write_docs(out, schemas):
         print(path)

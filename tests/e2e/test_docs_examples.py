@@ -36,7 +36,7 @@ from tests.support.client import ServerProcess, running_server
 from tests.support.docblocks import ROOT, Block, doc_files, extract, output_of
 from tests.support.docsession import run_session, run_transcript, session_lines
 from tests.support.schema_check import methods
-from threadline.docgen import GENERATED, HEADER
+from threadline._tools.docs import GENERATED, HEADER
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.schema_check import SCHEMAS, validate_def
-from threadline.docgen import GENERATED, Docs, build_docs, write_docs
+from threadline._tools.docs import GENERATED, Docs, build_docs, write_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -16,14 +16,15 @@ from typing import Any
 
 import msgspec
 
-from . import __version__
-from .protocol import CLIENT_METHODS, NOTIFICATIONS, SERVER_REQUESTS
+from .. import __version__
+from ..protocol import CLIENT_METHODS, NOTIFICATIONS, SERVER_REQUESTS
 
 __all__ = ["SCHEMA_FILE", "build_bundle", "build_method_index", "write_schemas"]
 
 SCHEMA_FILE = "threadline.schema.json"
 METHODS_FILE = "methods.json"
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_JSONRPC = {"const": "2.0"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -36,6 +37,26 @@ def _envelope_name(method: str, suffix: str) -> str:
 
 
 def build_bundle() -> dict[str, Any]:
+    defs = _payload_defs()
+    defs["RequestId"] = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    defs.update(_request_defs())
+    defs.update(_notification_defs())
+    defs.update(_response_defs())
+    return {
+        "$schema": _DRAFT,
+        "$id": SCHEMA_FILE,
+        "title": "threadline protocol",
+        "description": (
+            "threadline JSON-RPC over stdio (Codex app-server v2 core, wire-compatible). "
+            f"Generated from threadline {__version__}'s protocol types; do not edit."
+        ),
+        "anyOf": [_ref("ClientRequest"), _ref("ServerMessage")],
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def _payload_defs() -> dict[str, Any]:
+    """The params, result and notification types, and every type they use."""
     types: list[Any] = []
     for params, result in CLIENT_METHODS.values():
         types += [params, result]
@@ -44,34 +65,46 @@ def build_bundle() -> dict[str, Any]:
         types += [params, result]
     unique = list(dict.fromkeys(types))
     _, defs = msgspec.json.schema_components(unique, ref_template="#/$defs/{name}")
-    defs = dict(defs)
+    return dict(defs)
 
-    defs["RequestId"] = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
-    jsonrpc = {"const": "2.0"}
 
-    requests = []
-    for method, (params, _result) in CLIENT_METHODS.items():
-        name = _envelope_name(method, "Request")
-        defs[name] = {
-            "type": "object",
-            "properties": {
-                "jsonrpc": jsonrpc,
-                "id": _ref("RequestId"),
-                "method": {"const": method},
-                "params": _ref(params.__name__),
-            },
-            "required": ["id", "method"],
-        }
-        requests.append(_ref(name))
-    defs["ClientRequest"] = {"anyOf": requests}
+def _request_defs() -> dict[str, Any]:
+    """One envelope per request method, and their unions `ClientRequest` (what clients send:
+    `jsonrpc` and `params` optional) and `ServerRequest` (what threadline sends: complete)."""
+    defs: dict[str, Any] = {}
+    for union, suffix, methods, required in (
+        ("ClientRequest", "Request", CLIENT_METHODS, ["id", "method"]),
+        ("ServerRequest", "ServerRequest", SERVER_REQUESTS, ["jsonrpc", "id", "method", "params"]),
+    ):
+        branches = []
+        for method, (params, _result) in methods.items():
+            name = _envelope_name(method, suffix)
+            defs[name] = {
+                "type": "object",
+                "properties": {
+                    "jsonrpc": _JSONRPC,
+                    "id": _ref("RequestId"),
+                    "method": {"const": method},
+                    "params": _ref(params.__name__),
+                },
+                "required": required,
+            }
+            if union == "ServerRequest":  # threadline's own messages are exactly these
+                defs[name]["additionalProperties"] = False
+            branches.append(_ref(name))
+        defs[union] = {"anyOf": branches}
+    return defs
 
-    notes = []
+
+def _notification_defs() -> dict[str, Any]:
+    defs: dict[str, Any] = {}
+    branches = []
     for method, params in NOTIFICATIONS.items():
         name = _envelope_name(method, "Message")
         defs[name] = {
             "type": "object",
             "properties": {
-                "jsonrpc": jsonrpc,
+                "jsonrpc": _JSONRPC,
                 "method": {"const": method},
                 "params": _ref(params.__name__),
                 "emittedAtMs": {"type": "integer"},
@@ -79,29 +112,17 @@ def build_bundle() -> dict[str, Any]:
             "required": ["jsonrpc", "method", "params"],
             "additionalProperties": False,
         }
-        notes.append(_ref(name))
-    defs["ServerNotification"] = {"anyOf": notes}
+        branches.append(_ref(name))
+    defs["ServerNotification"] = {"anyOf": branches}
+    return defs
 
-    server_requests = []
-    for method, (params, _result) in SERVER_REQUESTS.items():
-        name = _envelope_name(method, "ServerRequest")
-        defs[name] = {
-            "type": "object",
-            "properties": {
-                "jsonrpc": jsonrpc,
-                "id": _ref("RequestId"),
-                "method": {"const": method},
-                "params": _ref(params.__name__),
-            },
-            "required": ["jsonrpc", "id", "method", "params"],
-            "additionalProperties": False,
-        }
-        server_requests.append(_ref(name))
-    defs["ServerRequest"] = {"anyOf": server_requests}
 
+def _response_defs() -> dict[str, Any]:
+    """Responses, errors, batch answers, and `ServerMessage`: any line threadline writes."""
+    defs: dict[str, Any] = {}
     defs["JSONRPCResponse"] = {
         "type": "object",
-        "properties": {"jsonrpc": jsonrpc, "id": _ref("RequestId"), "result": {}},
+        "properties": {"jsonrpc": _JSONRPC, "id": _ref("RequestId"), "result": {}},
         "required": ["jsonrpc", "id", "result"],
         "additionalProperties": False,
     }
@@ -118,7 +139,7 @@ def build_bundle() -> dict[str, Any]:
     defs["JSONRPCError"] = {
         "type": "object",
         "properties": {
-            "jsonrpc": jsonrpc,
+            "jsonrpc": _JSONRPC,
             "id": {"anyOf": [_ref("RequestId"), {"type": "null"}]},
             "error": _ref("JSONRPCErrorObject"),
         },
@@ -126,7 +147,7 @@ def build_bundle() -> dict[str, Any]:
         "additionalProperties": False,
     }
     # The answer to a JSON-RPC batch (a request line holding an array) is one line holding an
-    # array of responses; without this, ServerMessage did not describe every line we write.
+    # array of responses.
     defs["JSONRPCBatchResponse"] = {
         "description": "The answer to a batch request: one response or error per request.",
         "type": "array",
@@ -143,17 +164,7 @@ def build_bundle() -> dict[str, Any]:
             _ref("JSONRPCBatchResponse"),
         ],
     }
-    return {
-        "$schema": _DRAFT,
-        "$id": SCHEMA_FILE,
-        "title": "threadline protocol",
-        "description": (
-            "threadline JSON-RPC over stdio (Codex app-server v2 core, wire-compatible). "
-            f"Generated from threadline {__version__}'s protocol types; do not edit."
-        ),
-        "anyOf": [_ref("ClientRequest"), _ref("ServerMessage")],
-        "$defs": dict(sorted(defs.items())),
-    }
+    return defs
 
 
 def build_method_index() -> dict[str, Any]:
