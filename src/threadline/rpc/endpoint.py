@@ -216,18 +216,9 @@ class Endpoint:
         self._pending.clear()
 
     async def _read_loop(self, handlers: trio.Nursery) -> None:
-        while True:
-            try:
-                line = await self._transport.read_line()
-            except LineTooLong as exc:
-                log.warning("%s wrote an oversized line: %s", self.name, exc)
-                continue
-            if line is None:
-                return
-            try:
-                envelope = _ENVELOPE.decode(line)
-            except _DECODE_ERRORS:
-                log.info("%s wrote a line that is not a JSON-RPC message: %.200r", self.name, line)
+        while (line := await self._read_line()) is not None:
+            envelope = self._decode(line)
+            if envelope is None:
                 continue
             if envelope.method is None:
                 self._resolve(envelope)
@@ -237,6 +228,21 @@ class Endpoint:
                 handlers.start_soon(self._answer, incoming)
             elif self._on_notification is not None:
                 await self._on_notification(incoming)
+
+    async def _read_line(self) -> bytes | None:
+        """The peer's next line (an oversized one is skipped); None at its EOF."""
+        while True:
+            try:
+                return await self._transport.read_line()
+            except LineTooLong as exc:
+                log.warning("%s wrote an oversized line: %s", self.name, exc)
+
+    def _decode(self, line: bytes) -> _Envelope | None:
+        try:
+            return _ENVELOPE.decode(line)
+        except _DECODE_ERRORS:
+            log.info("%s wrote a line that is not a JSON-RPC message: %.200r", self.name, line)
+            return None
 
     def _resolve(self, response: _Envelope) -> None:
         rid = response.id
