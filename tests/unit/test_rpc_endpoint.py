@@ -106,7 +106,7 @@ async def test_notifications_in_order_and_requests_answered_by_the_handler() -> 
             raise RpcError(-32001, "not now", {"retry": True})
         raise KeyError(request.method)
 
-    endpoint = Endpoint(peer.transport, on_notification=on_notification, on_request=on_request)
+    endpoint = Endpoint(peer.transport, on_message=on_notification, on_request=on_request)
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoint.run)
         await peer.write({"method": "progress", "params": {"step": 1}})
@@ -135,6 +135,32 @@ async def test_without_a_request_handler_requests_get_method_not_found() -> None
         await peer.write({"id": 1, "method": "fs/read_text_file", "params": {}})
         answer = await peer.read()
         assert answer["id"] == 1 and answer["error"]["code"] == -32601
+        await peer.close()
+
+
+async def test_without_a_request_handler_on_message_sees_requests_in_order() -> None:
+    peer = Peer()
+    queue_send, queue = trio.open_memory_channel[Incoming](10)
+
+    async def on_message(message: Incoming) -> None:
+        await queue_send.send(message)
+
+    endpoint = Endpoint(peer.transport, on_message=on_message)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoint.run)
+        await peer.write({"method": "item/started", "params": {"itemId": "c1"}})
+        await peer.write({"id": 3, "method": "item/commandExecution/requestApproval"})
+        await peer.write({"method": "item/completed", "params": {"itemId": "c1"}})
+        seen = [await queue.receive() for _ in range(3)]
+        assert [(m.method, m.id) for m in seen] == [
+            ("item/started", None),
+            ("item/commandExecution/requestApproval", 3),
+            ("item/completed", None),
+        ]
+        await endpoint.respond(3, {"decision": "decline"})
+        assert await peer.read() == {"jsonrpc": "2.0", "id": 3, "result": {"decision": "decline"}}
+        await endpoint.respond_error(4, -32601, "no such method")
+        assert (await peer.read())["error"] == {"code": -32601, "message": "no such method"}
         await peer.close()
 
 
@@ -211,7 +237,7 @@ async def test_over_a_child_process_pipes_with_a_trace() -> None:
     assert proc.stdin is not None and proc.stdout is not None
     transport = StreamTransport(proc.stdin, proc.stdout)
     traced = TracedTransport(transport, lambda side, line: lines.append((side, line)))
-    endpoint = Endpoint(traced, on_notification=on_notification, on_eof=proc.wait)
+    endpoint = Endpoint(traced, on_message=on_notification, on_eof=proc.wait)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(endpoint.run)

@@ -165,7 +165,7 @@ class Client:
         self._endpoint = Endpoint(
             self._transport if trace is None else TracedTransport(self._transport, trace),
             name="the server",
-            on_notification=self._on_notification,
+            on_message=self._on_notification,
             on_request=self._answer,
         )
         self.approval_handler = approval_handler

@@ -1,10 +1,13 @@
 """`Endpoint`: the calling side of a JSON-RPC connection over a `LineTransport`.
 
 It sends requests (integer ids from its own counter) and waits for their responses, sends
-notifications, and routes what the peer writes: a response wakes the request waiting for it,
-a notification is awaited by `on_notification` in arrival order, and a request from the peer
-runs `on_request` in a task of its own (so a slow answer never stalls the reading), whose
-return value is the result and whose `RpcError` is the error response.
+notifications, and routes what the peer writes: a response wakes the request waiting for it;
+a request from the peer runs `on_request` in a task of its own (so a slow answer never stalls
+the reading), whose return value is the result and whose `RpcError` is the error response;
+every other message (notifications, and requests when there is no `on_request`) is awaited by
+`on_message` in arrival order. A request `on_message` receives is answered whenever its
+receiver calls `respond`/`respond_error` (e.g. a turn loop that reads notifications and
+requests from one queue); with neither hook it gets -32601.
 
 `run()` is the one reader. When the peer's output ends it awaits `on_eof`, cancels the
 request handlers still running and fails every pending request with `PeerClosed`.
@@ -30,7 +33,7 @@ from .transport import LineTransport
 __all__ = [
     "Endpoint",
     "Incoming",
-    "NotificationHandler",
+    "MessageHandler",
     "PeerClosed",
     "RequestHandler",
     "RequestTimeout",
@@ -97,7 +100,7 @@ class _Envelope(msgspec.Struct):
     error: Any = None
 
 
-NotificationHandler = Callable[[Incoming], Awaitable[None]]
+MessageHandler = Callable[[Incoming], Awaitable[None]]
 #: Answers a request from the peer: the return value is the result; raising `RpcError`
 #: answers with that error, any other exception with -32603.
 RequestHandler = Callable[[Incoming], Awaitable[Any]]
@@ -112,7 +115,7 @@ class Endpoint:
         transport: LineTransport,
         *,
         name: str = "the peer",
-        on_notification: NotificationHandler | None = None,
+        on_message: MessageHandler | None = None,
         on_request: RequestHandler | None = None,
         on_eof: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -121,7 +124,7 @@ class Endpoint:
         that their errors name)."""
         self._transport = transport
         self.name = name
-        self._on_notification = on_notification
+        self._on_message = on_message
         self._on_request = on_request
         self._on_eof = on_eof
         self._pending: dict[int, trio.MemorySendChannel[_Envelope | PeerClosed]] = {}
@@ -224,10 +227,11 @@ class Endpoint:
                 self._resolve(envelope)
                 continue
             incoming = Incoming(envelope.method, envelope.params, envelope.id)
-            if envelope.id is not None:
+            to_handler = self._on_request is not None or self._on_message is None
+            if envelope.id is not None and to_handler:
                 handlers.start_soon(self._answer, incoming)
-            elif self._on_notification is not None:
-                await self._on_notification(incoming)
+            elif self._on_message is not None:
+                await self._on_message(incoming)
 
     async def _read_line(self) -> bytes | None:
         """The peer's next line (an oversized one is skipped); None at its EOF."""
