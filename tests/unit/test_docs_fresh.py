@@ -3,6 +3,8 @@ every example in the protocol reference validates against its schema definition.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,3 +77,14 @@ def test_every_method_has_an_example(docs: Docs) -> None:
 def test_generated_pages_carry_the_header(docs: Docs) -> None:
     for name in GENERATED:
         assert docs.pages[name].startswith("<!-- generated — do not edit; run `threadline docs")
+
+
+def test_the_runtime_never_imports_the_tooling() -> None:
+    """Serving, the client and the CLI's entry point load no schema or docs generator."""
+    probe = (
+        "import sys, threadline.cli, threadline.client, threadline.server.app;"
+        "print(sorted(m for m in sys.modules if m.startswith('threadline._tools')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
