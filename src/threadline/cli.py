@@ -111,7 +111,7 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
 
     import trio
 
-    from .backends.registry import create_backends
+    from .backends.instances import create_backends
     from .procs.ledger import ProcessLedger, set_ledger
     from .server.app import Server, serve_stdio
     from .store import ThreadStore
@@ -175,7 +175,7 @@ def _doctor() -> int:
 
     import trio
 
-    from .backends.registry import create_backends
+    from .backends.instances import create_backends
     from .invocation import command_name
     from .server.app import backend_infos
     from .server.config import ConfigError, ServerConfig

@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 from tests.support.tools import TOOLS_BIN
-from threadline.backends.registry import create_backends
+from threadline.backends.instances import create_backends
 from threadline.server.app import Server, backend_infos
 from threadline.server.config import ServerConfig
 from threadline.server.handshake import answer_first_initialize, catalog_backend_infos

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from tests.support.json_peer import JsonLinePeer
-from threadline.backends.registry import create_backends
+from threadline.backends.instances import create_backends
 from threadline.client import (
     RpcError,
     ServerClosed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from threadline.backends import base as b
-from threadline.backends.registry import create_backends
+from threadline.backends.instances import create_backends
 
 
 def settings(**kw: object) -> b.SessionSettings:

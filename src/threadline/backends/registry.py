@@ -2,20 +2,16 @@
 
 A backend is a package `backends/<id>/`: `spec.py` defines `SPEC` (what it is: no trio, so
 `initialize`, config validation and `doctor` read it before the engine is imported) and
-`backend.py` defines `create()` (the `Backend` the engine drives). Adding one is writing that
-package and adding its id to `PACKAGES`."""
+`backend.py` defines `create()` (the `Backend` the engine drives: `instances.create_backends`).
+Adding one is writing that package and adding its id to `PACKAGES`."""
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING
 
 from .spec import BackendSpec
 
-if TYPE_CHECKING:
-    from .base import Backend
-
-__all__ = ["BACKEND_IDS", "PACKAGES", "SPECS", "create_backends"]
+__all__ = ["BACKEND_IDS", "PACKAGES", "SPECS"]
 
 #: Every shipped backend, in the order `initialize` and `doctor` list them.
 PACKAGES = ("claude", "codex", "gemini", "opencode", "mock")
@@ -30,10 +26,3 @@ def _spec(package: str) -> BackendSpec:
 SPECS: dict[str, BackendSpec] = {package: _spec(package) for package in PACKAGES}
 #: Every backend id a thread (or AGENT_BACKEND) may name.
 BACKEND_IDS: tuple[str, ...] = PACKAGES
-
-
-def create_backends() -> dict[str, Backend]:
-    """One instance of every backend, by id."""
-    return {
-        package: import_module(f"{__package__}.{package}.backend").create() for package in PACKAGES
-    }

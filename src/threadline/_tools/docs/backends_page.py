@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from ...backends.base import Backend
-from ...backends.registry import SPECS, create_backends
+from ...backends.instances import create_backends
+from ...backends.registry import SPECS
 from .markdown import HEADER, cell, yes
 from .prose import BACKENDS_COLUMNS, BACKENDS_INTRO, INVOCATION_INTRO, VERSIONS_INTRO
 
