@@ -143,57 +143,16 @@ class Connection:
         answer comes later from a handler task (or never, for notifications/responses).
         In a batch the handler runs inline and its response is returned."""
         if not isinstance(message, dict):
-            return _Error(
-                id=None, error=_ErrorObject(INVALID_REQUEST, "Invalid request: expected an object")
-            )
+            return _invalid(None, "expected an object")
         has_id = "id" in message
         rid = message.get("id")
         method = message.get("method")
-        if method is None and has_id and ("result" in message or "error" in message):
-            result = message.get("result")
-            raw = msgspec.Raw(msgspec.json.encode(result)) if "result" in message else msgspec.Raw()
-            self.peer.route_response(rid, raw, message.get("error"))
+        if method is None and has_id and self._route_response(rid, message):
             return None
-        if method is None and has_id and self.peer.issued(rid):
-            # A response to one of our requests with neither `result` nor `error`: route it as
-            # a malformed answer (the approval router fails closed: decline) instead of
-            # answering the client's response with an error and leaving the request pending.
-            log.warning("response to request %r has neither result nor error", rid)
-            self.peer.route_response(
-                rid,
-                msgspec.Raw(),
-                {"code": INVALID_REQUEST, "message": "response has neither result nor error"},
-            )
-            return None
-        if has_id and not _valid_id(rid):
-            return _Error(
-                id=None,
-                error=_ErrorObject(
-                    INVALID_REQUEST, "Invalid request: id must be a string or an integer"
-                ),
-            )
-        reply_id = rid if has_id else None
-        if not isinstance(method, str):
-            return _Error(
-                id=reply_id,
-                error=_ErrorObject(
-                    INVALID_REQUEST, "Invalid request: missing or non-string 'method'"
-                ),
-            )
-        jsonrpc = message.get("jsonrpc", "2.0")
-        if jsonrpc != "2.0":
-            return _Error(
-                id=reply_id,
-                error=_ErrorObject(
-                    INVALID_REQUEST, f"Invalid request: unsupported jsonrpc version {jsonrpc!r}"
-                ),
-            )
-        if "params" in message and not isinstance(message["params"], (dict, list)):
-            return _Error(
-                id=reply_id,
-                error=_ErrorObject(INVALID_REQUEST, "Invalid request: params must be an object"),
-            )
-
+        invalid = _invalid_request(message)
+        if invalid is not None:
+            return invalid
+        assert isinstance(method, str)
         if not has_id:
             await self._handle_notification(method, message, nursery)
             return None
@@ -219,6 +178,26 @@ class Connection:
             return await self._execute(rid, call, send=False, follow_ups=follow_ups)
         nursery.start_soon(self._execute, rid, call)
         return None
+
+    def _route_response(self, rid: Any, message: dict[str, Any]) -> bool:
+        """Route a client's answer to one of our requests; False if `message` is not one."""
+        if "result" in message or "error" in message:
+            result = message.get("result")
+            raw = msgspec.Raw(msgspec.json.encode(result)) if "result" in message else msgspec.Raw()
+            self.peer.route_response(rid, raw, message.get("error"))
+            return True
+        if not self.peer.issued(rid):
+            return False
+        # A response to one of our requests with neither `result` nor `error`: route it as
+        # a malformed answer (the approval router fails closed: decline) instead of
+        # answering the client's response with an error and leaving the request pending.
+        log.warning("response to request %r has neither result nor error", rid)
+        self.peer.route_response(
+            rid,
+            msgspec.Raw(),
+            {"code": INVALID_REQUEST, "message": "response has neither result nor error"},
+        )
+        return True
 
     async def _handle_notification(
         self, method: str, message: dict[str, Any], nursery: trio.Nursery
@@ -272,3 +251,23 @@ class Connection:
             else:
                 await then()
         return response
+
+
+def _invalid(rid: Any, why: str) -> _Error:
+    return _Error(id=rid, error=_ErrorObject(INVALID_REQUEST, f"Invalid request: {why}"))
+
+
+def _invalid_request(message: dict[str, Any]) -> _Error | None:
+    """The error for a request or notification that breaks JSON-RPC's rules, or None."""
+    has_id = "id" in message
+    if has_id and not _valid_id(message.get("id")):
+        return _invalid(None, "id must be a string or an integer")
+    reply_id = message.get("id") if has_id else None
+    if not isinstance(message.get("method"), str):
+        return _invalid(reply_id, "missing or non-string 'method'")
+    jsonrpc = message.get("jsonrpc", "2.0")
+    if jsonrpc != "2.0":
+        return _invalid(reply_id, f"unsupported jsonrpc version {jsonrpc!r}")
+    if "params" in message and not isinstance(message["params"], (dict, list)):
+        return _invalid(reply_id, "params must be an object")
+    return None
