@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import-cycles"
 SRC = SCRIPT.parents[1] / "src" / "threadline"
 
@@ -25,9 +27,8 @@ def make_package(root: Path, files: dict[str, str]) -> Path:
     return package
 
 
-def test_a_cycle_closed_under_type_checking_is_reported(tmp_path: Path) -> None:
-    package = make_package(
-        tmp_path,
+CYCLES = {
+    "closed under TYPE_CHECKING": (
         {
             "service.py": "from .threads import Thread\n",
             "threads.py": (
@@ -38,36 +39,30 @@ def test_a_cycle_closed_under_type_checking_is_reported(tmp_path: Path) -> None:
             ),
             "turns.py": "",
         },
-    )
-    result = run(package)
-    assert result.returncode == 1
-    assert "import cycle: pkg.service -> pkg.threads -> pkg.service" in result.stdout
-    assert "pkg.turns" not in result.stdout
-
-
-def test_relative_imports_of_subpackages_and_functions_count(tmp_path: Path) -> None:
-    package = make_package(
-        tmp_path,
+        "pkg.service -> pkg.threads -> pkg.service",
+    ),
+    "across subpackages, from inside a function": (
         {
             "a/__init__.py": "",
             "a/low.py": "def f() -> None:\n    from ..b import high\n",
             "b/__init__.py": "",
             "b/high.py": "from ..a.low import f\n",
         },
-    )
-    result = run(package)
-    assert result.returncode == 1
-    assert "import cycle: pkg.a.low -> pkg.b.high -> pkg.a.low" in result.stdout
-
-
-def test_a_package_init_and_a_module_that_reads_it_form_a_cycle(tmp_path: Path) -> None:
-    package = make_package(
-        tmp_path,
+        "pkg.a.low -> pkg.b.high -> pkg.a.low",
+    ),
+    "a package's __init__ and a module reading it": (
         {"a/__init__.py": "from .low import f\nVALUE = 1\n", "a/low.py": "from . import VALUE\n"},
-    )
-    result = run(package)
+        "pkg.a -> pkg.a.low -> pkg.a",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CYCLES)
+def test_a_cycle_is_reported(tmp_path: Path, case: str) -> None:
+    files, cycle = CYCLES[case]
+    result = run(make_package(tmp_path, files))
     assert result.returncode == 1
-    assert "import cycle: pkg.a -> pkg.a.low -> pkg.a" in result.stdout
+    assert result.stdout.splitlines()[0] == f"import cycle: {cycle}"
 
 
 def test_a_layered_package_passes(tmp_path: Path) -> None:
