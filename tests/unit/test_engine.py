@@ -1098,6 +1098,40 @@ async def test_policy_never_auto_accepts_without_asking(tmp_path: Path) -> None:
         assert any("id" in e for e in view.events)
 
 
+async def test_a_new_policy_holds_for_later_turns_the_cli_and_resume(tmp_path: Path) -> None:
+    """A policy set by turn/start or thread/resume decides the approvals of later turns, is the
+    one the backend's session reads, and is what thread/resume reports (also after a restart)."""
+    seen: list[tuple[str, str]] = []
+
+    async def script(ctx: Ctx, turn: Input, session: Session) -> None:
+        policy = session.settings.approval_policy
+        seen.append((policy, await run_command(ctx)))
+
+    def never_ask(event: Event) -> Any:
+        pytest.fail("asked the client")
+
+    backend = ScriptedBackend()
+    backend.script = script
+    async with inproc_server({"test": backend}, tmp_path, config=config()) as c:
+        tid = await c.start_thread()
+        await run_checked(c, tid, on_request=never_ask, approvalPolicy="never")
+        await run_checked(c, tid, on_request=never_ask)
+        resumed = await c.call("thread/resume", {"threadId": tid, "approvalPolicy": "untrusted"})
+        assert resumed["approvalPolicy"] == "untrusted"
+        view = await run_checked(c, tid, on_request=accept_all)
+        assert [e["method"] for e in view.events if "id" in e] == [
+            "item/commandExecution/requestApproval"
+        ]
+    assert seen == [("never", "accept"), ("never", "accept"), ("untrusted", "accept")]
+
+    restarted = ScriptedBackend()
+    restarted.script = script
+    async with inproc_server({"test": restarted}, tmp_path, config=config()) as c:
+        resumed = await c.call("thread/resume", {"threadId": tid})
+        assert resumed["approvalPolicy"] == "untrusted"
+        assert restarted.settings_seen[0].approval_policy == "untrusted"
+
+
 async def test_approval_rules_allow_and_deny(tmp_path: Path) -> None:
     backend = ScriptedBackend()
     seen: list[tuple[str, str]] = []

@@ -24,6 +24,7 @@ import trio
 
 from ..procs.executables import ProcessError
 from ..protocol import (
+    ApprovalPolicy,
     BackendCapabilities,
     CommandAction,
     Model,
@@ -41,6 +42,7 @@ from .spec import BackendCheck, BackendSpec
 __all__ = [
     "AgentMessageDelta",
     "ApprovalDecision",
+    "ApprovalPolicy",
     "ApprovalRequest",
     "Backend",
     "BackendCheck",
@@ -68,7 +70,6 @@ __all__ = [
     "Warning",
 ]
 
-ApprovalPolicy = Literal["untrusted", "on-request", "never"]
 ApprovalDecision = Literal["accept", "acceptForSession", "decline", "cancel"]
 
 

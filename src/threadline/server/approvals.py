@@ -18,7 +18,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from ..backends.base import ApprovalDecision, ApprovalRequest
+from ..backends.base import ApprovalDecision, ApprovalPolicy, ApprovalRequest
 from ..protocol import (
     ApprovalAutoDecidedNotification,
     CommandExecutionRequestApprovalParams,
@@ -111,22 +111,21 @@ class _Pending:
 
 
 class ApprovalRouter:
-    """Per-thread router. `set_flags` is called with the thread's active flags whenever the set
-    of pending requests changes (the engine turns it into `thread/status/changed`)."""
+    """Per-thread router (the thread's policy comes with each decision). `set_flags` is
+    called with the thread's active flags whenever the set of pending requests changes (the
+    engine turns it into `thread/status/changed`)."""
 
     def __init__(
         self,
         peer: Peer,
         thread_id: str,
         *,
-        policy: str,
         rules: Sequence[ApprovalRule] = (),
         timeout: float | None = None,
         set_flags: Callable[[list[ThreadActiveFlag]], Awaitable[None]],
     ) -> None:
         self._peer = peer
         self.thread_id = thread_id
-        self.policy = policy
         self.rules = list(rules)
         self.timeout = timeout
         self._set_flags = set_flags
@@ -167,9 +166,16 @@ class ApprovalRouter:
         return decision
 
     async def decide(
-        self, turn_id: str, request: ApprovalRequest, *, started_at_ms: int | None = None
+        self,
+        turn_id: str,
+        request: ApprovalRequest,
+        *,
+        policy: ApprovalPolicy,
+        started_at_ms: int | None = None,
     ) -> ApprovalDecision:
-        if self.policy == "never":
+        """Decide by the thread's `policy`, its rules, earlier `acceptForSession` answers, else
+        by asking the client."""
+        if policy == "never":
             return await self._auto(turn_id, request, "accept", "policy")
         for rule in self.rules:
             if rule.matches(request):

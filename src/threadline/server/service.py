@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -17,6 +17,7 @@ from ..backends.registry import SPECS
 from ..ids import InvalidId, new_id, validate_id
 from ..procs.executables import ProcessError
 from ..protocol import (
+    ApprovalPolicy,
     AskForApproval,
     DangerFullAccessSandbox,
     EmptyResult,
@@ -56,7 +57,6 @@ from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
 from .approvals import parse_rules
 from .config import ServerConfig
 from .threads import LoadedThread, thread_view
-from .turns import TurnRun
 
 __all__ = ["ThreadService"]
 
@@ -65,13 +65,27 @@ log = logging.getLogger("threadline.service")
 _ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
 _ERROR_DECODER = msgspec.json.Decoder(TurnError)
 
+_Response = TypeVar("_Response", ThreadStartResponse, ThreadResumeResponse)
 
-def _policy(value: AskForApproval | None, default: str) -> str:
-    if value is None:
-        return default
+
+def _policy(value: AskForApproval | None) -> ApprovalPolicy | None:
+    """The policy a request names, if any; Codex's granular policy counts as `on-request`."""
     if isinstance(value, GranularApproval):
         return "on-request"
     return value
+
+
+def _stored_policy(stored: Mapping[str, Any], thread_id: str) -> ApprovalPolicy:
+    """The policy saved with a thread; `on-request` when it is missing or not a policy."""
+    raw = stored.get("approvalPolicy", "on-request")
+    try:
+        policy: ApprovalPolicy = msgspec.convert(raw, ApprovalPolicy)
+    except msgspec.ValidationError:
+        log.warning(
+            "thread %s: stored approvalPolicy %r is not a policy: on-request", thread_id, raw
+        )
+        return "on-request"
+    return policy
 
 
 def _sandbox_policy(mode: str | None, cwd: str) -> SandboxPolicy:
@@ -168,7 +182,7 @@ class ThreadService:
         backend: Backend,
         cwd: str,
         model: str | None,
-        approval_policy: str,
+        approval_policy: ApprovalPolicy,
         sandbox: str | None,
         base_instructions: str | None,
         developer_instructions: str | None,
@@ -201,7 +215,7 @@ class ThreadService:
             cwd=cwd,
             mode=mode,
             model=model or self.config.model,
-            approval_policy=approval_policy,  # type: ignore[arg-type]
+            approval_policy=approval_policy,
             sandbox=sandbox,
             base_instructions=base_instructions,
             developer_instructions=developer_instructions,
@@ -231,7 +245,8 @@ class ThreadService:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         thread = LoadedThread(
-            self,
+            self.peer,
+            self.store,
             record,
             backend,
             settings,
@@ -242,12 +257,11 @@ class ThreadService:
         )
         await self._nursery.start(thread.main)
         self.loaded[record.id] = thread
-        record.settings = thread.settings_record()
         return thread
 
     def _response(
-        self, thread: LoadedThread, cls: type[Any], turns: list[Turn] | None = None
-    ) -> Any:
+        self, thread: LoadedThread, cls: type[_Response], turns: list[Turn] | None = None
+    ) -> _Response:
         s = thread.settings
         view = thread.view()
         if turns:
@@ -300,7 +314,7 @@ class ThreadService:
             backend=backend,
             cwd=cwd,
             model=p.model,
-            approval_policy=_policy(p.approval_policy, "on-request"),
+            approval_policy=_policy(p.approval_policy) or "on-request",
             sandbox=p.sandbox,
             base_instructions=p.base_instructions,
             developer_instructions=p.developer_instructions,
@@ -344,12 +358,11 @@ class ThreadService:
                 thread = await self._resume(tid, p)
             finally:
                 self._opening.discard(tid)
-        elif p.approval_policy is not None:
-            thread.router.policy = thread.settings.approval_policy = _policy(
-                p.approval_policy, thread.settings.approval_policy
-            )  # type: ignore[assignment]
+        elif (policy := _policy(p.approval_policy)) is not None:
+            thread.set_approval_policy(policy)
+            await thread.save_record()
         turns = None if p.exclude_turns else await self._turns(thread.record)
-        return self._response(thread, ThreadResumeResponse, turns)  # type: ignore[no-any-return]
+        return self._response(thread, ThreadResumeResponse, turns)
 
     async def _resume(self, tid: str, p: ThreadResumeParams) -> LoadedThread:
         record = await self._load_record(tid)
@@ -375,7 +388,7 @@ class ThreadService:
             backend=backend,
             cwd=record.cwd,
             model=p.model or record.model,
-            approval_policy=_policy(p.approval_policy, stored.get("approvalPolicy", "on-request")),
+            approval_policy=_policy(p.approval_policy) or _stored_policy(stored, tid),
             sandbox=p.sandbox or stored.get("sandbox"),
             base_instructions=p.base_instructions or stored.get("baseInstructions"),
             developer_instructions=p.developer_instructions or stored.get("developerInstructions"),
@@ -397,8 +410,8 @@ class ThreadService:
         # The turn this server is running has no completion entry yet: it is in progress, not
         # interrupted (as a turn cut off by a crash is).
         loaded = self.loaded.get(record.id)
-        active = loaded.active_turn if loaded is not None else None
-        active_id = active.id if active is not None and not active.finished else None
+        running = loaded.running_turn if loaded is not None else None
+        active_id = running.id if running is not None else None
         turns = []
         for view in turns_from_log(entries, active_turn_id=active_id):
             items = []
@@ -499,41 +512,17 @@ class ThreadService:
         thread = self._loaded(p.thread_id)
         if not p.input:
             raise RpcError(INVALID_PARAMS, "Invalid params for turn/start: input must not be empty")
-        active = thread.active_turn
-        if active is not None and not active.finished:
-            raise RpcError(
-                INVALID_REQUEST,
-                f"turn {active.id} is already in progress on thread {thread.id}; "
-                "wait for turn/completed or interrupt it first",
-            )
-        if p.approval_policy is not None:
-            # Per-turn overrides stick for later turns, as in Codex.
-            policy = _policy(p.approval_policy, thread.settings.approval_policy)
-            thread.settings.approval_policy = policy  # type: ignore[assignment]
-            thread.router.policy = policy
-        if p.model is not None and p.model != thread.settings.model:
-            thread.settings.model = thread.record.model = p.model
-            thread.mark_session_unhealthy("model changed")  # reopened (resumed) with the new model
+        run = thread.start_turn(
+            list(p.input), approval_policy=_policy(p.approval_policy), model=p.model
+        )
         if p.cwd is not None and os.path.normpath(p.cwd) != thread.settings.cwd:
             log.warning(
                 "thread %s: turn/start cwd override is not supported; ignoring it", thread.id
             )
-        run = TurnRun(thread, list(p.input))
-        thread.start_turn(run)
         return Reply(TurnStartResponse(turn=run.initial_turn()), run.response_sent)
 
     async def turn_interrupt(self, p: TurnInterruptParams) -> EmptyResult:
-        thread = self._loaded(p.thread_id)
-        active = thread.active_turn
-        if p.turn_id in thread.finished_turns:
-            return EmptyResult()  # already over: interrupting it is harmless
-        if active is None or active.finished:
-            raise RpcError(INVALID_REQUEST, "no active turn to interrupt")
-        if active.id != p.turn_id:
-            raise RpcError(
-                INVALID_REQUEST, f"expected active turn id {p.turn_id} but found {active.id}"
-            )
-        thread.nursery.start_soon(active.interrupt)
+        self._loaded(p.thread_id).interrupt_turn(p.turn_id)
         return EmptyResult()
 
     # -- models -----------------------------------------------------------------------------------

@@ -10,12 +10,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from .. import __version__
-from ..backends.base import Backend, BackendError, BackendSession, SessionSettings
+from ..backends.base import (
+    ApprovalDecision,
+    ApprovalPolicy,
+    ApprovalRequest,
+    Backend,
+    BackendError,
+    BackendSession,
+    SessionSettings,
+)
 from ..protocol import (
     BackendCapabilities,
     Thread,
@@ -25,13 +33,14 @@ from ..protocol import (
     ThreadNotLoaded,
     ThreadStatus,
     ThreadStatusChangedNotification,
+    ToolRequestUserInputQuestion,
+    UserInput,
 )
-from ..store import LogEntry, ThreadRecord
+from ..rpc.errors import INVALID_REQUEST, RpcError
+from ..rpc.peer import Peer
+from ..store import LogEntry, ThreadRecord, ThreadStore
 from .approvals import ApprovalRouter, ApprovalRule
-from .turns import TurnRun
-
-if TYPE_CHECKING:
-    from .service import ThreadService
+from .turns import TurnRun, input_text
 
 __all__ = ["LoadedThread", "thread_view"]
 
@@ -70,9 +79,14 @@ def _find_backend_error(exc: BaseException) -> BackendError | None:
 
 
 class LoadedThread:
+    """One loaded thread; its turns run it through `TurnHost` (see `turn_host`). The thread's
+    approval policy lives in `settings.approval_policy` (what the backend sees, what is
+    persisted); the router is handed it with each decision."""
+
     def __init__(
         self,
-        service: ThreadService,
+        peer: Peer,
+        store: ThreadStore,
         record: ThreadRecord,
         backend: Backend,
         settings: SessionSettings,
@@ -82,17 +96,18 @@ class LoadedThread:
         turn_timeout: float | None,
         interrupt_grace: float,
     ) -> None:
-        self.service = service
+        self._peer = peer
+        self._store = store
         self.record = record
         self.backend = backend
         self.settings = settings
+        record.settings = self._settings_record()
         self.capabilities: BackendCapabilities = backend.capabilities(settings.mode)
         self.turn_timeout = turn_timeout
         self.interrupt_grace = interrupt_grace
-        self.router = ApprovalRouter(
-            service.peer,
+        self._router = ApprovalRouter(
+            peer,
             record.id,
-            policy=settings.approval_policy,
             rules=rules,
             timeout=approval_timeout,
             set_flags=self._approval_flags,
@@ -116,6 +131,10 @@ class LoadedThread:
     @property
     def id(self) -> str:
         return self.record.id
+
+    @property
+    def backend_id(self) -> str:
+        return self.backend.id
 
     @property
     def nursery(self) -> trio.Nursery:
@@ -212,7 +231,7 @@ class LoadedThread:
     # -- state shared with turns -------------------------------------------------------------
 
     async def notify(self, method: str, params: Any) -> None:
-        await self.service.peer.notify(method, params)
+        await self._peer.notify(method, params)
 
     async def persist(self, entries: Sequence[LogEntry], *, sync: bool = False) -> None:
         """Queue log entries; a background flush writes them in order, batched, off the turn's
@@ -241,16 +260,17 @@ class LoadedThread:
             self._sync_wanted = False
             try:
                 with trio.CancelScope(shield=True):
-                    await self.service.store.append(self.id, batch, sync=sync)
+                    await self._store.append(self.id, batch, sync=sync)
             except OSError:
                 log.exception("thread %s: could not append to the log", self.id)
 
     async def save_record(self) -> None:
         self.record.updated_at = int(time.time())
+        self.record.settings = self._settings_record()
         if self.record.ephemeral:
             return
         try:
-            await self.service.store.save(self.record)
+            await self._store.save(self.record)
         except OSError:
             log.exception("thread %s: could not save the thread record", self.id)
 
@@ -280,44 +300,92 @@ class LoadedThread:
             ThreadStatusChangedNotification(thread_id=self.id, status=status),
         )
 
-    async def set_status_active(self, flags: list[ThreadActiveFlag]) -> None:
-        await self._set_status(ThreadActive(active_flags=flags))
-
-    async def set_status_idle(self) -> None:
-        await self._set_status(ThreadIdle())
-
     async def set_status_not_loaded(self) -> None:
         await self._set_status(ThreadNotLoaded())
 
     async def _approval_flags(self, flags: list[ThreadActiveFlag]) -> None:
-        turn = self.active_turn
-        if turn is not None and not turn.finished and isinstance(self.status, ThreadActive):
-            await self.set_status_active(flags)
+        if self.running_turn is not None and isinstance(self.status, ThreadActive):
+            await self._set_status(ThreadActive(active_flags=flags))
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    def set_approval_policy(self, policy: ApprovalPolicy) -> None:
+        """Later approvals of this thread, and later sessions of its CLI, follow `policy`."""
+        self.settings.approval_policy = policy
+
+    async def request_approval(self, turn_id: str, request: ApprovalRequest) -> ApprovalDecision:
+        return await self._router.decide(turn_id, request, policy=self.settings.approval_policy)
+
+    async def ask_user(
+        self, turn_id: str, item_id: str, questions: Sequence[ToolRequestUserInputQuestion]
+    ) -> dict[str, list[str]] | None:
+        return await self._router.ask_user(turn_id, item_id, questions)
 
     # -- turns -----------------------------------------------------------------------------------
 
-    def start_turn(self, run: TurnRun) -> None:
+    @property
+    def running_turn(self) -> TurnRun | None:
+        turn = self.active_turn
+        return turn if turn is not None and not turn.finished else None
+
+    def start_turn(
+        self,
+        user_input: list[UserInput],
+        *,
+        approval_policy: ApprovalPolicy | None = None,
+        model: str | None = None,
+    ) -> TurnRun:
+        """Start a turn; it begins once its `turn/start` response is out (`run.response_sent`).
+        A new policy or model sticks for later turns, as in Codex."""
+        running = self.running_turn
+        if running is not None:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"turn {running.id} is already in progress on thread {self.id}; "
+                "wait for turn/completed or interrupt it first",
+            )
+        if approval_policy is not None:
+            self.set_approval_policy(approval_policy)
+        if model is not None and model != self.settings.model:
+            self.settings.model = self.record.model = model
+            self.mark_session_unhealthy("model changed")  # reopened (resumed) with the new model
+        run = TurnRun(self, user_input)
         self.active_turn = run
         if not self.record.preview:
-            from .turns import input_text
-
-            self.record.preview = input_text(run.input)[:200]
+            self.record.preview = input_text(user_input)[:200]
         self.nursery.start_soon(run.run)
+        return run
 
-    async def turn_finished(self, run: TurnRun) -> None:
-        """Called by the turn runner before `turn/completed` goes out."""
-        if self.active_turn is run:
+    def interrupt_turn(self, turn_id: str) -> None:
+        """Interrupt the running turn `turn_id` in the background; a finished one is left be."""
+        if turn_id in self.finished_turns:
+            return  # already over: interrupting it is harmless
+        running = self.running_turn
+        if running is None:
+            raise RpcError(INVALID_REQUEST, "no active turn to interrupt")
+        if running.id != turn_id:
+            raise RpcError(
+                INVALID_REQUEST, f"expected active turn id {turn_id} but found {running.id}"
+            )
+        self.nursery.start_soon(running.interrupt)
+
+    async def turn_started(self) -> None:
+        await self._set_status(ThreadActive(active_flags=[]))
+
+    async def turn_finished(self, turn_id: str) -> None:
+        if self.active_turn is not None and self.active_turn.id == turn_id:
             self.active_turn = None
-        self.finished_turns.add(run.id)
+        self.finished_turns.add(turn_id)
         self.record.turn_count += 1
         await self.save_record()
         if self.session is not None and not self.session.healthy:
             await self._close_session()
+        await self._set_status(ThreadIdle())
 
     def view(self) -> Thread:
         return thread_view(self.record, self.status)
 
-    def settings_record(self) -> dict[str, Any]:
+    def _settings_record(self) -> dict[str, Any]:
         """The parts of the settings persisted for resume."""
         s = self.settings
         data = {
