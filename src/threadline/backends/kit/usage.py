@@ -18,12 +18,12 @@ class UsageFields:
 
     input: str
     output: str
-    #: Reported apart from `input` but part of what the model read (claude's cache reads).
-    more_input: tuple[str, ...] = ()
     total: str = ""
     cached: str = ""
     reasoning: str = ""
     cache_write: str = ""
+    #: Reported apart from `input` but part of what the model read (claude's cache reads).
+    more_input: tuple[str, ...] = ()
 
 
 def _count(raw: Mapping[str, Any], key: str) -> int:

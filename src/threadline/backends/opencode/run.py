@@ -198,14 +198,7 @@ class _DatabaseLocked(Exception):
         self.error = error
 
 
-_STEP_USAGE = UsageFields(
-    input="input",
-    output="output",
-    total="total",
-    cached="cache.read",
-    reasoning="reasoning",
-    cache_write="cache.write",
-)
+_STEP_USAGE = UsageFields("input", "output", "total", "cache.read", "reasoning", "cache.write")
 
 
 def _step_usage(tokens: Any) -> TokenUsageBreakdown | None:
