@@ -181,7 +181,7 @@ async def test_ctrl_c_cancels_the_turn_then_quits(home: Path, workdir: Path) -> 
         assert not await wait_gone({p: tree[p] for p in sleeper}, 5), "sleep 300 survived"
         # the session goes on: another prompt works
         await proc.stdin.send_all(b"/text still here\n")
-        await wait_for(out, b"still here")
+        await wait_for(out, "still here\n— done".encode())  # the turn is over
         proc.send_signal(signal.SIGINT)  # idle: quits
         with trio.fail_after(20):
             rc = await proc.wait()
