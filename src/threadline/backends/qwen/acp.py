@@ -1,0 +1,122 @@
+"""Qwen Code over ACP (`qwen --acp`): the kit's session with qwen's quirks (measured on 0.24.4).
+
+- A tool call is first announced while the model still streams its arguments: a `tool_call`
+  with `_meta.phase: "preparing"`, no input and the tool's name as title ("Shell"). It is held
+  until the call is known: merged into the next update of the call (`in_progress` with the
+  input, or `failed` when qwen rejected the arguments), or dropped when a permission request
+  (which carries the whole call) comes first.
+- After a rejected permission qwen still sends the tool's `failed` update; the kit already
+  completed the item as declined.
+- Token usage comes per model call, in an empty `agent_message_chunk`'s `_meta.usage`, not in
+  the prompt's answer: the chunk is taken out of the text and the turn's calls are summed.
+- A shell's exit code is `rawOutput.exitCode`.
+- "Always allow" options grant more than the user approved (a command pattern such as
+  `echo *`, saved in the project's or the user's settings; all edits for the session):
+  acceptForSession answers "Allow" once and the approval router remembers the exact grant.
+- A session starts in mode `auto` (an LLM classifier approves tools): `default` (asks for
+  edits and shell commands) is set, or `yolo` for `approvalPolicy: never`.
+- `craft/drainMidTurnQueue` requests (messages a client queued mid-turn) are refused as not
+  implemented, which qwen takes as "unsupported" and stops asking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...protocol import TokenUsageBreakdown, TurnError
+from .. import base as b
+from ..kit.acp import AcpError, AcpHost, AcpSession, AcpTurnMapper, usage_from_prompt_result
+from ..kit.usage import add_usage
+from .api_records import watch_api_records
+from .invocation import api_failure
+from .spec import SPEC
+
+__all__ = ["QwenAcpSession"]
+
+
+class QwenAcpSession(AcpSession):
+    permission_kinds = {**AcpSession.permission_kinds, "acceptForSession": "allow_once"}
+
+    def __init__(self, host: AcpHost, settings: b.SessionSettings) -> None:
+        super().__init__(host, settings, SPEC.id)
+        self._preparing: dict[str, dict[str, Any]] = {}  # call id → its first announcement
+        self._turn_usage: TokenUsageBreakdown | None = None
+
+    async def configure(self) -> None:
+        mode = "yolo" if self.settings.approval_policy == "never" else "default"
+        await self.host.request(
+            "session/set_mode", {"sessionId": self.session_id, "modeId": mode}, timeout=30
+        )
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        self._preparing.clear()
+        self._turn_usage = None
+        outcome = await super().run_turn(turn, ctx)
+        if self._turn_usage is not None:
+            await ctx.emit(b.TokenUsageUpdated(self._usage.add(self._turn_usage)))
+        return outcome
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk" and not self._text_after_usage(update):
+            return
+        if kind in ("tool_call", "tool_call_update"):
+            known = self._tool_update(update)
+            if known is None:
+                return
+            update = known
+        super().on_update(update)
+
+    def _text_after_usage(self, update: dict[str, Any]) -> bool:
+        """Count the usage a message chunk reports; whether it carries text as well."""
+        meta = update.get("_meta")
+        usage = meta.get("usage") if isinstance(meta, dict) else None
+        if not isinstance(usage, dict):
+            return True
+        if self.in_turn:
+            call = usage_from_prompt_result({"usage": usage})
+            if call is not None:
+                turn = self._turn_usage
+                self._turn_usage = call if turn is None else add_usage(turn, call)
+        content = update.get("content")
+        return isinstance(content, dict) and bool(content.get("text"))
+
+    def _tool_update(self, update: dict[str, Any]) -> dict[str, Any] | None:
+        """A tool update as the kit's mapper should see it, None to hold or drop it."""
+        call_id = str(update.get("toolCallId") or "")
+        meta = update.get("_meta")
+        if isinstance(meta, dict) and meta.get("phase") == "preparing":
+            self._preparing[call_id] = update
+            return None
+        mapper = self._mapper
+        if mapper is not None and call_id in mapper.declined and call_id not in mapper.tools:
+            return None  # completed as declined already
+        held = self._preparing.pop(call_id, None)
+        if held is not None:
+            later = {k: v for k, v in update.items() if v is not None}
+            update = {**held, **later, "sessionUpdate": "tool_call"}
+        out = update.get("rawOutput")
+        if isinstance(out, dict) and isinstance(out.get("exitCode"), int):
+            update = {**update, "rawOutput": {**out, "metadata": {"exit": out["exitCode"]}}}
+        return update
+
+    def holds_tool_calls(self) -> bool:
+        return bool(self._preparing)
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "session/request_permission":
+            call = params.get("toolCall")
+            if isinstance(call, dict):
+                self._preparing.pop(str(call.get("toolCallId") or ""), None)
+        return await super().on_request(method, params)
+
+    def turn_error(self, error: AcpError) -> TurnError:
+        # A failed API call answers the prompt with -32603 "Internal error" and qwen's words in
+        # `data.details` ("401 <the API's message>", "Connection error.").
+        details = error.data.get("details") if isinstance(error.data, dict) else None
+        failure = api_failure(details, self.settings.env) if isinstance(details, str) else None
+        return failure or super().turn_error(error)
+
+    async def watch_model_api(self, mapper: AcpTurnMapper) -> None:
+        if self.session_id is not None:
+            self.give_up(await watch_api_records(self.session_id, self.settings.env))

@@ -1,0 +1,61 @@
+"""How qwen is run: its command line, the model API it calls, what its API errors mean."""
+
+from __future__ import annotations
+
+import re
+
+from ...protocol import TurnError
+from .. import base as b
+from ..kit.acp import error_info_for_code
+from ..kit.api_errors import is_connection_failure, refused, unreachable
+from .spec import SPEC
+
+__all__ = ["CHECK", "acp_argv", "api_failure", "api_url", "is_connection_error"]
+
+#: What to check when the API cannot be reached.
+CHECK = "OPENAI_BASE_URL"
+#: qwen's API when OPENAI_BASE_URL is unset (its `openai` auth type).
+DEFAULT_API = "https://api.openai.com/v1"
+#: qwen's words for a failed API call: "<HTTP status> <the API's message>".
+_STATUS = re.compile(r"(\d{3}) (.*)", re.DOTALL)
+
+
+def acp_argv(binary: str, settings: b.SessionSettings) -> list[str]:
+    argv = [binary, "--acp"]
+    if settings.model and settings.model != "default":
+        argv += ["--model", settings.model]
+    return argv
+
+
+def api_url(env: dict[str, str]) -> str:
+    """The chat-completions API qwen calls (OPENAI_BASE_URL, else OpenAI's)."""
+    return env.get("OPENAI_BASE_URL") or DEFAULT_API
+
+
+def is_connection_error(text: str) -> bool:
+    """Whether qwen's error text says no connection was made ("Connection error. (cause:
+    getaddrinfo ENOTFOUND …)", or just "Connection error." for a refused connection)."""
+    return text.startswith("Connection error") or is_connection_failure(text)
+
+
+def status_of(text: str) -> int | None:
+    """The HTTP status qwen's error text starts with, if any."""
+    match = _STATUS.fullmatch(text.strip())
+    return int(match[1]) if match else None
+
+
+def api_failure(text: str, env: dict[str, str]) -> TurnError | None:
+    """The error a user sees for qwen's words about a failed API call, None if they are not
+    about one."""
+    status = status_of(text)
+    if status == 401:
+        return refused(SPEC, api_url(env), text)
+    if status is None and is_connection_error(text):
+        return unreachable(SPEC, api_url(env), CHECK, text)
+    if status is None:
+        return None
+    return TurnError(
+        message=f"{SPEC.display_name}'s model API answered HTTP {status}: "
+        f"{text.strip()[4:] or 'no message'}",
+        codex_error_info=error_info_for_code(status, text),
+    )

@@ -1,0 +1,24 @@
+"""What the qwen backend is, without loading it (no trio): read by the registry."""
+
+from __future__ import annotations
+
+from ..spec import BackendSpec, acp_capabilities
+
+__all__ = ["SPEC"]
+
+SPEC = BackendSpec(
+    id="qwen",
+    display_name="Qwen Code",
+    modes=("acp",),
+    default_mode="acp",
+    capabilities={"acp": acp_capabilities("qwen --acp")},
+    cli="qwen",
+    npm_package="@qwen-code/qwen-code",
+    pinned_version="0.24.4",
+    oldest_tested="0.24.4",
+    login_fix=(
+        "set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible provider), or "
+        "configure `security.auth` in ~/.qwen/settings.json"
+    ),
+    credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"),),
+)
