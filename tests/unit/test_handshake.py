@@ -19,6 +19,7 @@ import trio.testing
 
 from tests.support.tools import TOOLS_BIN
 from threadline.backends.instances import create_backends
+from threadline.backends.registry import BACKEND_IDS
 from threadline.server.app import Server, backend_infos
 from threadline.server.config import ServerConfig
 from threadline.server.handshake import answer_first_initialize, catalog_backend_infos
@@ -57,7 +58,7 @@ def test_catalog_reports_what_the_backends_report(cli_env: tuple[str | None]) ->
     (cli_path,) = cli_env
     engine = trio.run(backend_infos, create_backends(), cli_path, 10.0, "claude")
     assert catalog_backend_infos(cli_path, "claude") == engine
-    assert [i.id for i in engine] == ["claude", "codex", "gemini", "opencode", "mock"]
+    assert [i.id for i in engine] == list(BACKEND_IDS)
 
 
 async def _engine_answer(line: bytes, root: Path, config: ServerConfig) -> bytes:
