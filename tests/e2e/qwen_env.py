@@ -79,8 +79,9 @@ def qwen_settings() -> dict[str, Any]:
         "memory": {"enableManagedAutoMemory": off, "enableManagedAutoDream": off},
         # No PTY: the shell's output comes in the ACP tool updates.
         "tools": {"shell": {"enableInteractiveShell": off}},
-        # One HTTP request per attempt of qwen's (the OpenAI client's own retries off).
-        "model": {"generationConfig": {"maxRetries": 0}},
+        # One HTTP request per attempt of qwen's (the OpenAI client's own retries off); a
+        # context window that takes the fault matrix's 1 MB prompt (the fake has no limit).
+        "model": {"generationConfig": {"maxRetries": 0, "contextWindowSize": 2_000_000}},
     }
 
 

@@ -34,7 +34,7 @@ from tests.e2e.qwen_env import (
     shell_call,
     write_file_call,
 )
-from tests.fakes.openai_chat import HttpError, RecordedRequest, Rule, Step, Text
+from tests.fakes.openai_chat import HttpError, Reasoning, RecordedRequest, Rule, Step, Text
 from tests.support.client import (
     Message,
     ServerProcess,
@@ -141,16 +141,19 @@ def tool_outputs(request: RecordedRequest) -> str:
     return json.dumps([m.get("content") for m in request.tool_results])
 
 
-# -- ACP: streamed text, the role message, token usage ---------------------------------------------
+# -- ACP: streamed text and reasoning, the role message, token usage -------------------------------
 
 
-async def test_acp_streams_text_role_once_and_usage(
+async def test_acp_streams_text_reasoning_role_once_and_usage(
     nursery: trio.Nursery, qwen_env: QwenEnv
 ) -> None:
     env = qwen_env
     answer = "The answer is forty-two, as computed by the fake."
     env.script(
-        Rule("first question", [Step([Text(answer)], chunk_size=8)]),
+        Rule(
+            "first question",
+            [Step([Reasoning("Weighing the options."), Text(answer)], chunk_size=8)],
+        ),
         Rule("second question", ["Second answer."]),
     )
     async with env.server(nursery) as srv:
@@ -163,15 +166,24 @@ async def test_acp_streams_text_role_once_and_usage(
         t1, events = await turn(srv, tid, "first question")
         env.timings["thread/start + first turn (agent start)"] = time.monotonic() - t0
         assert t1["status"] == "completed", t1
-        # streamed in several deltas (the fake sends 8-character chunks), one message item
+        # the reasoning: streamed as summary deltas of one part, before the answer
+        [reasoning] = items_completed(events, "reasoning")
+        assert reasoning["summary"] == ["Weighing the options."]
+        summary = notifications(events, "item/reasoning/summaryTextDelta")
+        assert len(summary) >= 2 and "".join(e["params"]["delta"] for e in summary) == (
+            "Weighing the options."
+        )
+        # the text: streamed in several deltas (the fake sends 8-character chunks), one item
         assert len(notifications(events, "item/agentMessage/delta")) >= 4
         assert agent_text(events) == answer
         [message] = items_completed(events, "agentMessage")
         assert message["text"] == answer and t1["items"] == [message]
-        assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
+        order = [i["type"] for i in items_started(events)]
+        assert order == ["userMessage", "reasoning", "agentMessage"], order
         [usage] = notifications(events, "thread/tokenUsage/updated")
         first_usage = usage["params"]["tokenUsage"]
         assert first_usage["last"]["inputTokens"] > 0 and first_usage["last"]["outputTokens"] > 0
+        assert first_usage["last"]["reasoningOutputTokens"] > 0
 
         t0 = time.monotonic()
         t2, events = await turn(srv, tid, "second question")

@@ -22,6 +22,7 @@ from tests.e2e.claude_env import claude_bin, claude_env, cmdline
 from tests.e2e.codex_env import codex_bin, codex_env
 from tests.e2e.gemini_env import gemini_bin, gemini_env
 from tests.e2e.opencode_env import opencode_bin, opencode_env
+from tests.e2e.qwen_env import qwen_bin, qwen_env
 from tests.matrix.harness import RESULTS, Harness, MockEnv, make_harness
 
 __all__ = [
@@ -33,9 +34,11 @@ __all__ = [
     "gemini_env",
     "opencode_bin",
     "opencode_env",
+    "qwen_bin",
+    "qwen_env",
 ]
 
-DEFAULT = ["claude", "codex", "gemini", "opencode", "mock"]
+DEFAULT = ["claude", "codex", "gemini", "opencode", "qwen", "mock"]
 
 
 @pytest.fixture(params=DEFAULT)
@@ -102,5 +105,5 @@ def _code(outcome: str | None) -> str:
 
 def _order(name: str) -> tuple[int, str]:
     base = name.partition("-")[0]
-    order = ["claude", "codex", "gemini", "opencode", "mock"]
+    order = ["claude", "codex", "gemini", "opencode", "qwen", "mock"]
     return (order.index(base) if base in order else 99, name)

@@ -1,5 +1,5 @@
 """One uniform interface per backend for the fault matrix, built on the e2e fixtures
-(tests/e2e/{claude,codex,gemini,opencode}_env.py) and their fake model servers.
+(tests/e2e/{claude,codex,gemini,opencode,qwen}_env.py) and their fake model servers.
 
 A test scripts the model with backend-neutral steps (`Say`, `Shell`, `HttpFail`, `Cut`,
 `Stall`) under a tag; `Harness.prompt(tag)` is what the test sends as the turn's text. Each
@@ -32,6 +32,7 @@ from tests.e2e.claude_env import ClaudeEnv, marked_pids
 from tests.e2e.codex_env import CodexEnv
 from tests.e2e.gemini_env import GeminiEnv
 from tests.e2e.opencode_env import OpenCodeEnv
+from tests.e2e.qwen_env import QwenEnv, qwen_settings, shell_call
 from tests.fakes import anthropic as fa
 from tests.fakes import gemini as fg
 from tests.fakes import openai_chat as fc
@@ -780,6 +781,47 @@ class OpenCodeHarness(Harness):
         return {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "ANTHROPIC_API_KEY": ""}
 
 
+# -- Qwen Code -------------------------------------------------------------------------------------
+
+
+def _qwen_step(step: Step) -> fc.StepLike:
+    if isinstance(step, Shell):
+        return shell_call(step.command, "Run the command")
+    return _opencode_step(step)  # (the same Chat Completions fake)
+
+
+class QwenHarness(OpenCodeHarness):
+    backend = "qwen"
+    cli_name = "qwen"
+    env: QwenEnv  # type: ignore[assignment]
+    # qwen honours Retry-After on 429/503 only; threadline stops its 5xx retries itself
+    no_backoff = ()
+
+    def _set_script(self, rules: Sequence[Rule]) -> None:
+        self.env.script(*[fc.Rule(r.tag, [_qwen_step(s) for s in r.steps]) for r in rules])
+
+    @property
+    def real_cli(self) -> str:
+        return str(self.env.qwen)
+
+    def _cli_home(self) -> dict[str, str]:
+        """A fresh HOME for the CLI with its default retries (the fixture's OpenAI client
+        makes one request per attempt)."""
+        home = self.scratch("qwen")
+        settings = qwen_settings()
+        del settings["model"]["generationConfig"]["maxRetries"]
+        (home / ".qwen").mkdir(parents=True)
+        (home / ".qwen" / "settings.json").write_text(json.dumps(settings))
+        return {"HOME": str(home)}
+
+    def unreachable_env(self, url: str) -> dict[str, str]:
+        base = url if url.endswith("/v1") else url.rstrip("/") + "/v1"
+        return {**self._cli_home(), "OPENAI_BASE_URL": base}
+
+    def no_credentials_env(self) -> dict[str, str]:
+        return {**self._cli_home(), "OPENAI_API_KEY": ""}
+
+
 # -- mock ------------------------------------------------------------------------------------------
 
 
@@ -859,6 +901,7 @@ def make_harness(name: str, env: Any, tmp: Path) -> Harness:
         "codex": CodexHarness,
         "gemini": GeminiHarness,
         "opencode": OpenCodeHarness,
+        "qwen": QwenHarness,
         "mock": MockHarness,
     }[backend]
     harness = cls(name, env, tmp)
@@ -933,6 +976,7 @@ ALL_NAMES = (
     "codex",
     "gemini",
     "opencode",
+    "qwen",
     "mock",
     "claude-print",
     "codex-exec",

@@ -87,6 +87,7 @@ DEFAULT = {
     "codex": [F401, F429, F429RA, F500, FCUT],
     "gemini": [F401, F429, F429RA, F500, FCUT],
     "opencode": [F401, F500],
+    "qwen": [F401, F429RA, F500, FCUT],
     "mock": [F401, F429, F429RA, F500, FCUT],
     "claude-print": [F500],
     "codex-exec": [F401, F500],

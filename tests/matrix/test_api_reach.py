@@ -39,6 +39,7 @@ CLIS = (
     "codex",
     "gemini",
     "opencode",
+    "qwen",
     "claude-print",
     "codex-exec",
     "gemini-headless",

@@ -48,12 +48,13 @@ UNANSWERED, GARBAGE, RPC_ERROR, TWICE, AFTER_CANCEL, EOF = (
 )
 CASES = [UNANSWERED, GARBAGE, RPC_ERROR, TWICE, AFTER_CANCEL, EOF]
 TAGS = {case: f"ask{n}" for n, case in enumerate(CASES)}
-NAMES = ["claude", "codex", "gemini", "opencode", "mock"]
+NAMES = ["claude", "codex", "gemini", "opencode", "qwen", "mock"]
 DEFAULT = {
     "claude": [UNANSWERED, GARBAGE, TWICE, AFTER_CANCEL],
     "codex": CASES,
     "gemini": [UNANSWERED, GARBAGE, TWICE, AFTER_CANCEL],
     "opencode": [TWICE],
+    "qwen": [TWICE],
     "mock": CASES,
 }
 

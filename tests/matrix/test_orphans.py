@@ -54,6 +54,7 @@ DEFAULT = {
     "codex": [EOF, SIGTERM, SIGINT, CANCEL_SLEEP, ARCHIVE, CANCEL_EARLY],
     "gemini": [SIGTERM, CANCEL_SLEEP],
     "opencode": [CANCEL_SLEEP],
+    "qwen": [CANCEL_SLEEP],
     "mock": [EOF, SIGTERM, SIGINT, CANCEL_SLEEP, ARCHIVE, CANCEL_EARLY],
     "claude-print": [CANCEL_SLEEP, CANCEL_EARLY],
     "codex-exec": [CANCEL_SLEEP, CANCEL_EARLY],

@@ -36,7 +36,7 @@ PROMPTS = {
     "1 MB": "0123456789abcdef" * 65536,
 }
 ALL = list(PROMPTS)
-DEFAULT = {name: ALL for name in ("claude", "codex", "gemini", "opencode", "mock")} | {
+DEFAULT = {name: ALL for name in ("claude", "codex", "gemini", "opencode", "qwen", "mock")} | {
     "claude-print": ["starts with --help", "NUL", "1 MB"],
     "codex-exec": ALL,
 }

@@ -28,7 +28,7 @@ from .. import base as b
 from ..kit.acp import AcpError, AcpHost, AcpSession, AcpTurnMapper, usage_from_prompt_result
 from ..kit.usage import add_usage
 from .api_records import watch_api_records
-from .invocation import api_failure
+from .invocation import prompt_failure
 from .spec import SPEC
 
 __all__ = ["QwenAcpSession"]
@@ -111,11 +111,10 @@ class QwenAcpSession(AcpSession):
         return await super().on_request(method, params)
 
     def turn_error(self, error: AcpError) -> TurnError:
-        # A failed API call answers the prompt with -32603 "Internal error" and qwen's words in
-        # `data.details` ("401 <the API's message>", "Connection error.").
         details = error.data.get("details") if isinstance(error.data, dict) else None
-        failure = api_failure(details, self.settings.env) if isinstance(details, str) else None
-        return failure or super().turn_error(error)
+        if isinstance(details, str) and details:
+            return prompt_failure(details, self.settings.env)
+        return super().turn_error(error)
 
     async def watch_model_api(self, mapper: AcpTurnMapper) -> None:
         if self.session_id is not None:

@@ -10,7 +10,14 @@ from ..kit.acp import error_info_for_code
 from ..kit.api_errors import is_connection_failure, refused, unreachable
 from .spec import SPEC
 
-__all__ = ["CHECK", "acp_argv", "api_failure", "api_url", "is_connection_error"]
+__all__ = [
+    "CHECK",
+    "acp_argv",
+    "api_failure",
+    "api_url",
+    "is_connection_error",
+    "prompt_failure",
+]
 
 #: What to check when the API cannot be reached.
 CHECK = "OPENAI_BASE_URL"
@@ -18,6 +25,10 @@ CHECK = "OPENAI_BASE_URL"
 DEFAULT_API = "https://api.openai.com/v1"
 #: qwen's words for a failed API call: "<HTTP status> <the API's message>".
 _STATUS = re.compile(r"(\d{3}) (.*)", re.DOTALL)
+#: qwen's words for an answer whose stream was cut off (node's fetch: "terminated").
+_CUT = "terminated"
+#: How qwen refuses a prompt that does not fit the model's context window.
+_TOO_LARGE = "Context is too large"
 
 
 def acp_argv(binary: str, settings: b.SessionSettings) -> list[str]:
@@ -52,6 +63,12 @@ def api_failure(text: str, env: dict[str, str]) -> TurnError | None:
         return refused(SPEC, api_url(env), text)
     if status is None and is_connection_error(text):
         return unreachable(SPEC, api_url(env), CHECK, text)
+    if text.strip() == _CUT:
+        return TurnError(
+            message=f"{SPEC.display_name} lost the model's answer: the API's stream was cut off",
+            codex_error_info={"responseStreamDisconnected": {"httpStatusCode": None}},
+            additional_details=text,
+        )
     if status is None:
         return None
     return TurnError(
@@ -59,3 +76,13 @@ def api_failure(text: str, env: dict[str, str]) -> TurnError | None:
         f"{text.strip()[4:] or 'no message'}",
         codex_error_info=error_info_for_code(status, text),
     )
+
+
+def prompt_failure(details: str, env: dict[str, str]) -> TurnError:
+    """The error a user sees for qwen's answer to a prompt that failed: -32603 "Internal error"
+    with qwen's own words in `data.details`."""
+    failure = api_failure(details, env)
+    if failure is not None:
+        return failure
+    info = "contextWindowExceeded" if details.startswith(_TOO_LARGE) else "other"
+    return TurnError(message=f"{SPEC.display_name}: {details}", codex_error_info=info)

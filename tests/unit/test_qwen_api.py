@@ -1,6 +1,7 @@
-"""Qwen Code's record of a session's model-API calls (`backends/qwen/api_records.py`): what a
-line says, when a turn is given up, and reading the file as qwen appends to it. The record
-lines are shaped as qwen 0.24.4 writes them (`~/.qwen/projects/<project>/chats/<id>.jsonl`)."""
+"""Qwen Code's model-API failures: its error texts made readable (`backends/qwen/invocation.py`)
+and its record of a session's API calls (`api_records.py`: what a line says, when a turn is
+given up, reading the file as qwen appends to it). Texts and record lines are shaped as qwen
+0.24.4 writes them (`~/.qwen/projects/<project>/chats/<id>.jsonl`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from threadline.backends.qwen.api_records import (
     RecordTail,
     attempt_of,
 )
+from threadline.backends.qwen.invocation import api_failure, prompt_failure
+from threadline.backends.qwen.spec import SPEC
 
 SID = "3ae15c10-5627-49ba-a8d5-d023b49a57fe"
 URL = "http://127.0.0.1:9999/v1"
@@ -33,6 +36,38 @@ def api_error(message: str, status: int | None = None) -> str:
     if status is not None:
         fields["status_code"] = status
     return telemetry("qwen-code.api_error", **fields)
+
+
+def test_api_failures_say_what_happened() -> None:
+    refused = api_failure("401 Incorrect API key provided", ENV)
+    assert refused is not None and refused.codex_error_info == "unauthorized"
+    assert f"HTTP 401 from {URL}" in refused.message and str(SPEC.login_fix) in refused.message
+    assert refused.additional_details == "401 Incorrect API key provided"
+    for text in ("Connection error.", "Connection error. (cause: getaddrinfo EAI_AGAIN x)"):
+        unreachable = api_failure(text, ENV)
+        assert unreachable is not None and URL in unreachable.message, text
+        assert unreachable.codex_error_info == {"httpConnectionFailed": {"httpStatusCode": None}}
+    cut = api_failure("terminated", ENV)
+    assert cut is not None and "cut off" in cut.message
+    assert cut.codex_error_info == {"responseStreamDisconnected": {"httpStatusCode": None}}
+    busy = api_failure("429 Rate limit reached", ENV)
+    assert busy is not None and busy.codex_error_info == "rateLimitExceeded"
+    assert busy.message == "Qwen Code's model API answered HTTP 429: Rate limit reached"
+    assert api_failure("Tool registry not ready", ENV) is None
+
+
+def test_other_prompt_failures_in_qwens_words() -> None:
+    too_large = prompt_failure(
+        "Context is too large to send safely after automatic compression. Estimated prompt "
+        "tokens: 541812; hard limit: 177000",
+        ENV,
+    )
+    assert too_large.codex_error_info == "contextWindowExceeded"
+    assert too_large.message.startswith("Qwen Code: Context is too large"), too_large.message
+    other = prompt_failure("Tool registry not ready", ENV)
+    assert other.message == "Qwen Code: Tool registry not ready"
+    assert other.codex_error_info == "other"
+    assert prompt_failure("401 bad key", ENV).codex_error_info == "unauthorized"
 
 
 def test_attempt_of_reads_api_calls_only() -> None:
@@ -72,10 +107,10 @@ def test_connection_failures_give_up_after_the_budget() -> None:
     now = [0.0]
     watch = AttemptWatch(ENV, clock=lambda: now[0])
     dns = ApiAttempt(False, None, "Connection error. (cause: getaddrinfo ENOTFOUND api.invalid)")
-    for t in (0.0, 1.2, 3.8):  # qwen's backoff
+    for t in (0.0, 1.3):  # qwen's attempts, measured for a host that does not resolve
         now[0] = t
         assert watch.see(dns) is None
-    now[0] = 8.6
+    now[0] = 4.7
     error = watch.see(dns)
     assert error is not None
     assert error.codex_error_info == {"httpConnectionFailed": {"httpStatusCode": None}}
