@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ...protocol import Model, ReasoningEffortOption
 from .. import base as b
 from ..kit.acp import AcpPool
 from .acp import QwenAcpSession
@@ -41,22 +40,6 @@ class QwenBackend(b.Backend):
                 yield session
             finally:
                 session.close()
-
-    def models(self) -> list[Model]:
-        efforts = [ReasoningEffortOption(reasoning_effort="medium", description="default")]
-        return [
-            Model(
-                id="qwen/default",
-                model="default",
-                display_name="Qwen Code default",
-                description="The model qwen is configured with (OPENAI_MODEL or its settings); "
-                "any other name is passed to qwen --model",
-                hidden=False,
-                is_default=True,
-                default_reasoning_effort="medium",
-                supported_reasoning_efforts=efforts,
-            )
-        ]
 
 
 def create() -> QwenBackend:

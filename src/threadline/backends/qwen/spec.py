@@ -21,4 +21,12 @@ SPEC = BackendSpec(
         "configure `security.auth` in ~/.qwen/settings.json"
     ),
     credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"),),
+    models=(
+        (
+            "default",
+            "Qwen Code default",
+            "The model qwen is configured with (OPENAI_MODEL or its settings); any other name is "
+            "passed to qwen --model",
+        ),
+    ),
 )
