@@ -6,7 +6,7 @@
   input, or `failed` when qwen rejected the arguments), or dropped when a permission request
   (which carries the whole call) comes first.
 - After a rejected permission qwen still sends the tool's `failed` update; the kit already
-  completed the item as declined.
+  completed the item as declined. (qwen then ends the turn without asking the model again.)
 - Token usage comes per model call, in an empty `agent_message_chunk`'s `_meta.usage`, not in
   the prompt's answer: the chunk is taken out of the text and the turn's calls are summed.
 - A shell's exit code is `rawOutput.exitCode`.
@@ -15,6 +15,9 @@
   acceptForSession answers "Allow" once and the approval router remembers the exact grant.
 - A session starts in mode `auto` (an LLM classifier approves tools): `default` (asks for
   edits and shell commands) is set, or `yolo` for `approvalPolicy: never`.
+- A failed prompt is -32603 "Internal error" with qwen's words in `data.details`
+  (`invocation.prompt_failure` makes them say what to do); the API retries qwen keeps quiet
+  about are followed in its session record (`api_records`).
 - `craft/drainMidTurnQueue` requests (messages a client queued mid-turn) are refused as not
   implemented, which qwen takes as "unsupported" and stops asking.
 """
