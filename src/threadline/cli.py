@@ -19,7 +19,8 @@ With no command it serves on stdio until stdin closes or it gets SIGTERM.
 
 environment:
   AGENT_BACKEND        default backend for thread/start ({ids})
-  BACKEND_CLI_PATH     use this CLI binary instead of the PATH lookup
+  BACKEND_CLI_PATH     use this CLI binary instead of the PATH lookup (acp: the agent)
+  BACKEND_CLI_ARGS     the acp backend's agent arguments (split as a shell would)
   BACKEND_MODEL        default model for new threads
   BACKEND_MAX_TURNS    agent turn limit per request (default 25)
   ALLOWED_TOOLS        comma-separated tools the CLI may use without asking
@@ -176,6 +177,7 @@ def _doctor() -> int:
     import trio
 
     from .backends.instances import create_backends
+    from .backends.registry import SPECS
     from .invocation import command_name
     from .server.app import backend_infos
     from .server.config import ConfigError, ServerConfig
@@ -194,7 +196,8 @@ def _doctor() -> int:
         print(_doctor_line(info))
         if info.message:
             print(f"      {info.message}")
-    usable = [i.id for i in infos if i.available]
+    # A backend that runs a configured command (acp) is usable once one is configured.
+    usable = [i for i in infos if i.available and (i.path or not SPECS[i.id].command_setup)]
     selected = next(i for i in infos if i.id == config.default_backend)
     if config.backend_set and not selected.available:
         print(
@@ -205,11 +208,12 @@ def _doctor() -> int:
         return 1
     if not usable:
         return 1
-    ready = [i.id for i in infos if i.available and not (i.credentials or "").startswith("none")]
+    ready = [i.id for i in usable if not (i.credentials or "").startswith("none")]
     agent = next((i for i in ready if i != "mock"), "mock")
     prompt = '"/text Hello from threadline!"' if agent == "mock" else '"Say hello"'
     print(
-        f"\n{len(usable)} of {len(infos)} backends usable here ({', '.join(usable)}). "
+        f"\n{len(usable)} of {len(infos)} backends usable here "
+        f"({', '.join(i.id for i in usable)}). "
         f"Try one: {command_name()} run --backend {agent} {prompt}"
     )
     return 0

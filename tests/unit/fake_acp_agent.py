@@ -1,5 +1,10 @@
 """A scripted ACP agent (stdlib only) for tests/unit/test_acp_cancel.py, given to threadline as
-the `gemini` binary (`config.cliPath`, run as `<launcher> --acp`).
+the `gemini` binary (`config.cliPath`, run as `<launcher> --acp`), and for
+tests/unit/test_acp_generic.py, run by the generic `acp` backend.
+
+Flags: ``--exit-at-start`` (print a complaint on stderr and exit 3 before `initialize`),
+``--no-load`` (`initialize` does not offer `loadSession`), ``--images`` (it offers
+`promptCapabilities.image`).
 
 Each prompt's text is a script:
 
@@ -11,11 +16,17 @@ Each prompt's text is a script:
   answered (a hung agent).
 * ``slow:TAG``: a chunk ``TAG start``; once ``$FAKE_ACP_DIR/release-TAG`` exists, a chunk
   `` TAG end`` and `end_turn`.
+* ``garbage:TAG``: lines that are no JSON-RPC message for threadline (not JSON, a JSON
+  array, an answer to no request, updates for no session or without params), then a chunk
+  ``TAG ok`` and `end_turn`.
+* ``ask-unknown:TAG``: a `session/request_permission` (id ``perm-TAG``) for a session that
+  does not exist, then a chunk ``asked TAG`` and `end_turn`.
 
 Everything it does goes to ``$FAKE_ACP_DIR/journal`` as lines: ``start PID``, ``new SID``,
 ``load SID``, ``prompt SID TEXT``, ``cancel SID``, ``answer SID STOPREASON``, ``reply ID
-ok|error`` (threadline's answer to its own request ID). It exits on stdin
-EOF.
+ok|error`` (threadline's answer to its own request ID). What it was given goes to
+``$FAKE_ACP_DIR/facts``: ``argv ARGS`` and ``env $FAKE_ACP_NOTE $PWD`` at start, ``blocks
+SID TYPE,TYPE…`` per prompt (its content block types). It exits on stdin EOF.
 """
 
 from __future__ import annotations
@@ -34,8 +45,8 @@ _write_lock = threading.Lock()
 _cancelled: dict[str, threading.Event] = {}
 
 
-def journal(line: str) -> None:
-    with _write_lock, open(DIR / "journal", "a") as f:
+def journal(line: str, name: str = "journal") -> None:
+    with _write_lock, open(DIR / name, "a") as f:
         f.write(line + "\n")
 
 
@@ -80,17 +91,40 @@ def prompt(rid: Any, sid: str, text: str) -> None:
         chunk(sid, f"{arg} start")
         wait_released(arg)
         chunk(sid, f" {arg} end")
+    elif kind == "garbage":
+        with _write_lock:
+            sys.stdout.write("this is not JSON\n[1, 2]\n")
+            sys.stdout.flush()
+        send({"id": 99999, "result": {}})
+        send({"method": "session/update", "params": {"sessionId": "nobody", "update": {}}})
+        send({"method": "session/update"})
+        chunk(sid, f"{arg} ok")
+    elif kind == "ask-unknown":
+        call = {"toolCallId": f"call-{arg}", "title": "touch x", "kind": "execute"}
+        options = [{"optionId": "once", "name": "Allow", "kind": "allow_once"}]
+        params = {"sessionId": "no-such-session", "toolCall": call, "options": options}
+        send({"id": f"perm-{arg}", "method": "session/request_permission", "params": params})
+        chunk(sid, f"asked {arg}")
     journal(f"answer {sid} {stop}")
     send({"id": rid, "result": {"stopReason": stop}})
 
 
 def main() -> None:
+    flags = sys.argv[1:]
+    if "--exit-at-start" in flags:
+        sys.stderr.write("fake agent: no model configured, giving up\n")
+        sys.exit(3)
     journal(f"start {os.getpid()}")
+    journal(f"argv {' '.join(flags)}", "facts")
+    journal(f"env {os.environ.get('FAKE_ACP_NOTE', '-')} {os.environ.get('PWD', '-')}", "facts")
     for line in sys.stdin:
         msg = json.loads(line)
         method, params, rid = msg.get("method"), msg.get("params") or {}, msg.get("id")
         if method == "initialize":
-            caps = {"loadSession": True}
+            caps = {
+                "loadSession": "--no-load" not in flags,
+                "promptCapabilities": {"image": "--images" in flags},
+            }
             send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": caps}})
         elif method == "session/new":
             sid = str(uuid.uuid4())
@@ -103,6 +137,9 @@ def main() -> None:
             sid = params["sessionId"]
             text = "".join(b.get("text", "") for b in params["prompt"])
             journal(f"prompt {sid} {text}")
+            journal(
+                f"blocks {sid} {','.join(b.get('type', '?') for b in params['prompt'])}", "facts"
+            )
             _cancelled.setdefault(sid, threading.Event()).clear()
             threading.Thread(target=prompt, args=(rid, sid, text), daemon=True).start()
         elif method == "session/cancel":

@@ -11,55 +11,19 @@ answer would not complete before the release.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from tests.support.client import assert_items_balanced
+from tests.support.fake_acp import Agent, agent
 from tests.support.inproc import InProcClient, inproc_server
 from threadline.backends.gemini.backend import GeminiBackend
 from threadline.server.config import ServerConfig
 
-AGENT = Path(__file__).with_name("fake_acp_agent.py")
-
-
-class Agent:
-    """The fake agent's directory: its launcher, journal and release files."""
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "agent"
-        self.dir.mkdir()
-        self.work = root / "work"
-        self.work.mkdir()
-        self.launcher = self.dir / "gemini"
-        self.launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{AGENT}" "$@"\n')
-        self.launcher.chmod(0o755)
-
-    def journal(self) -> list[list[str]]:
-        path = self.dir / "journal"
-        if not path.exists():
-            return []
-        return [line.split(" ", 2) for line in path.read_text().splitlines()]
-
-    def pids(self) -> list[str]:
-        return [entry[1] for entry in self.journal() if entry[0] == "start"]
-
-    def prompts(self, text: str) -> list[list[str]]:
-        return [e for e in self.journal() if e[0] == "prompt" and e[2] == text]
-
-    def release(self, tag: str) -> None:
-        (self.dir / f"release-{tag}").touch()
-
-
-@pytest.fixture
-def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
-    a = Agent(tmp_path)
-    monkeypatch.setenv("FAKE_ACP_DIR", str(a.dir))
-    yield a
+# The fixture comes from fake_acp.py (referenced here so it counts as used).
+_FIXTURES = (agent,)
 
 
 def server(tmp_path: Path, grace: float) -> Any:

@@ -50,6 +50,7 @@ __all__ = [
     "BackendEvent",
     "BackendSession",
     "CommandOutputDelta",
+    "ConfigInvalid",
     "DiffUpdated",
     "FileChangeOutputDelta",
     "ItemCompleted",
@@ -106,6 +107,10 @@ class BackendError(Exception):
         )
 
 
+class ConfigInvalid(ValueError):
+    """The thread's config cannot run on this backend (thread/start answers -32602)."""
+
+
 class SessionLost(BackendError):
     """The CLI turned out to be dead when a turn began (it died while idle) and nothing of the
     turn reached it. The engine reopens the session (resuming the CLI's conversation) and runs
@@ -136,6 +141,8 @@ class SessionSettings:
     env: dict[str, str] = field(default_factory=dict)
     #: `BACKEND_CLI_PATH` or `config.cliPath`: use this binary instead of the PATH lookup.
     cli_path: str | None = None
+    #: `BACKEND_CLI_ARGS` (shell-split): the arguments of the default backend's CLI.
+    cli_args: list[str] = field(default_factory=list)
     #: The CLI's own session id, known when resuming.
     backend_session_id: str | None = None
     #: True when this session continues a stored thread (thread/resume).
@@ -379,12 +386,18 @@ class Backend(abc.ABC):
         """Is the CLI installed and runnable? Never raises; quick (a `--version` run)."""
         return await check_cli(self.spec, cli_path)
 
+    def cli_command(self, settings: SessionSettings) -> str | None:
+        """The CLI a thread runs, as a name or a path (its `cliPath`, else the spec's
+        command); None for an in-process backend. ConfigInvalid when the thread's config
+        names none that can run."""
+        return settings.cli_path or self.spec.cli
+
     def binary(self, settings: SessionSettings) -> str:
-        """The CLI to run for a thread (its `cliPath`, else the spec's command on the thread's
-        PATH); BackendError naming the install command when it is missing."""
+        """The CLI to run for a thread (`cli_command` on the thread's PATH); BackendError
+        naming the install command when it is missing."""
         try:
-            return resolve_cli(settings.cli_path or self.spec.cli or "", settings.env)
-        except ProcessError as exc:
+            return resolve_cli(self.cli_command(settings) or "", settings.env)
+        except (ProcessError, ConfigInvalid) as exc:
             raise BackendError(str(exc), codex_error_info="other") from None
 
     @abc.abstractmethod
@@ -420,6 +433,8 @@ class Backend(abc.ABC):
     #: tool allow-list (`ALLOWED_TOOLS`, `config.allowedTools`).
     honours_max_turns: bool = False
     honours_allowed_tools: bool = False
+    #: Whether the backend runs its CLI with `BACKEND_CLI_ARGS`.
+    honours_cli_args: bool = False
 
     def unsupported_options(self, settings: SessionSettings) -> list[str]:
         """Options set in `settings` (explicitly: by the thread's config or the environment)
@@ -431,4 +446,6 @@ class Backend(abc.ABC):
             ignored.append("maxTurns (BACKEND_MAX_TURNS)")
         if not self.honours_allowed_tools and settings.allowed_tools:
             ignored.append("allowedTools (ALLOWED_TOOLS)")
+        if not self.honours_cli_args and settings.cli_args:
+            ignored.append("BACKEND_CLI_ARGS")
         return ignored

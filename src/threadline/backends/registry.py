@@ -14,7 +14,7 @@ from .spec import BackendSpec
 __all__ = ["BACKEND_IDS", "PACKAGES", "SPECS"]
 
 #: Every shipped backend, in the order `initialize` and `doctor` list them.
-PACKAGES = ("claude", "codex", "gemini", "opencode", "qwen", "mock")
+PACKAGES = ("claude", "codex", "gemini", "opencode", "qwen", "acp", "mock")
 
 
 def _spec(package: str) -> BackendSpec:

@@ -58,6 +58,9 @@ class BackendSpec:
     #: The reasoning efforts offered with every model: (effort, description).
     efforts: tuple[tuple[str, str], ...] = (("medium", "default"),)
     default_effort: str = "medium"
+    #: For a backend with no fixed CLI (it runs the command a thread or the operator
+    #: configures): what to configure, reported by `initialize` and `doctor` while none is.
+    command_setup: str | None = None
 
     @property
     def install_command(self) -> str | None:
@@ -73,6 +76,8 @@ class BackendSpec:
         hint = next((hint for var, hint in self.credentials if env.get(var)), None)
         if hint is not None:
             return hint
+        if not self.credential_files and not self.credentials:
+            return self.no_credentials  # nothing to look for
         for pattern in self.credential_files:
             path = _expand(pattern, env)
             if path is not None and os.path.isfile(path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ def _positive_float(env: Mapping[str, str], name: str) -> float | None:
 class ServerConfig:
     default_backend: str = "claude"
     cli_path: str | None = None
+    #: BACKEND_CLI_ARGS, shell-split: the arguments the default backend's CLI runs with.
+    cli_args: tuple[str, ...] = ()
     model: str | None = None
     max_turns: int = 25
     allowed_tools: tuple[str, ...] | None = None
@@ -68,9 +71,16 @@ class ServerConfig:
         tools_raw = env.get("ALLOWED_TOOLS", "").strip()
         tools = tuple(t.strip() for t in tools_raw.split(",") if t.strip()) or None
         grace = _positive_float(env, "THREADLINE_INTERRUPT_GRACE")
+        try:
+            cli_args = tuple(shlex.split(env.get("BACKEND_CLI_ARGS", "")))
+        except ValueError as exc:
+            raise ConfigError(
+                f"BACKEND_CLI_ARGS cannot be split like a shell would: {exc}"
+            ) from None
         return cls(
             default_backend=backend,
             cli_path=env.get("BACKEND_CLI_PATH", "").strip() or None,
+            cli_args=cli_args,
             model=env.get("BACKEND_MODEL", "").strip() or None,
             max_turns=max_turns,
             allowed_tools=tools,

@@ -11,9 +11,8 @@ from typing import Any, TypeVar
 import msgspec
 import trio
 
-from ..backends.base import Backend, SessionSettings
+from ..backends.base import Backend, ConfigInvalid, SessionSettings
 from ..backends.kit.cli_binary import resolve_cli
-from ..backends.registry import SPECS
 from ..ids import InvalidId, new_id, validate_id
 from ..procs.executables import ProcessError
 from ..protocol import (
@@ -207,8 +206,9 @@ class ThreadService:
             raise RpcError(
                 INVALID_PARAMS, "Invalid params: config.allowedTools must be a list of strings"
             )
-        # BACKEND_CLI_PATH is the default backend's binary; config.cliPath is per thread.
-        env_path = self.config.cli_path if backend.id == self.config.default_backend else None
+        # BACKEND_CLI_PATH/_ARGS are the default backend's command; config.cliPath is per thread.
+        is_default = backend.id == self.config.default_backend
+        env_path = self.config.cli_path if is_default else None
         cli_path = config.get("cliPath") or env_path
         settings = SessionSettings(
             thread_id=thread_id,
@@ -224,6 +224,7 @@ class ThreadService:
             config=config,
             env=dict(os.environ),
             cli_path=cli_path if isinstance(cli_path, str) else None,
+            cli_args=list(self.config.cli_args) if is_default else [],
         )
         for option in backend.unsupported_options(settings):
             log.warning("the %s backend cannot honour %s; ignoring it", backend.id, option)
@@ -280,8 +281,10 @@ class ThreadService:
     def _require_cli(backend: Backend, settings: SessionSettings) -> None:
         """A new thread needs its CLI: refuse it, with the install hint, when the binary is
         missing or not executable (a thread that exists fails its turns instead)."""
-        spec = SPECS.get(backend.id)
-        command = settings.cli_path or (spec.cli if spec else None)
+        try:
+            command = backend.cli_command(settings)
+        except ConfigInvalid as exc:
+            raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         if command is None:
             return
         try:

@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
+from ...backends.acp.agents import KNOWN_AGENTS
 from ...backends.base import Backend
 from ...backends.instances import create_backends
 from ...backends.registry import SPECS
 from .markdown import HEADER, cell, yes
-from .prose import BACKENDS_COLUMNS, BACKENDS_INTRO, INVOCATION_INTRO, VERSIONS_INTRO
+from .prose import (
+    ACP_AGENTS_INTRO,
+    BACKENDS_COLUMNS,
+    BACKENDS_INTRO,
+    INVOCATION_INTRO,
+    VERSIONS_INTRO,
+)
 
 __all__ = ["render_backends"]
 
@@ -19,6 +26,7 @@ def render_backends() -> str:
     out += [*BACKENDS_COLUMNS, "", "## Invocation and role injection", "", *INVOCATION_INTRO, ""]
     for backend in backends:
         out += _invocations(backend)
+    out += _acp_agents()
     out += _versions_tested()
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -54,6 +62,18 @@ def _invocations(backend: Backend) -> list[str]:
         out.append(
             f"| `{mode}`{_default_mark(backend, mode)} | {cell(caps.invocation) or '—'} "
             f"| {cell(caps.role_injection) or '—'} |"
+        )
+    return [*out, ""]
+
+
+def _acp_agents() -> list[str]:
+    """The agents known to work through the generic `acp` backend, and how to start each."""
+    out = ["## ACP agents known to work", "", *ACP_AGENTS_INTRO, ""]
+    out += ["| agent | command | install | tested here | note |", "|---|---|---|---|---|"]
+    for agent in KNOWN_AGENTS:
+        out.append(
+            f"| {agent.name} | `{agent.command}` | {cell(agent.install)} "
+            f"| {yes(agent.tested)} | {cell(agent.note) or '—'} |"
         )
     return [*out, ""]
 

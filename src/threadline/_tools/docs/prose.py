@@ -137,6 +137,18 @@ VERSIONS_INTRO = [
     "each CLI (installed into `.tools-latest/`).",
 ]
 
+ACP_AGENTS_INTRO = [
+    "The `acp` backend runs any agent that speaks the Agent Client Protocol over stdio:",
+    '`thread/start` with `modelProvider: "acp"` and `config.command` (the agent and its',
+    "arguments, as a list) and optionally `config.env` (variables set over threadline's",
+    "environment), or, for every thread by default, `AGENT_BACKEND=acp` with",
+    "`BACKEND_CLI_PATH` (the agent) and `BACKEND_CLI_ARGS` (its arguments, split as a shell",
+    "would). Resume (`session/load`) and images are used when the agent's `initialize`",
+    "answer offers them; otherwise a resumed thread's turns fail saying so, and images are",
+    "left out with a warning. Agents with quirks of their own run better on their own",
+    "backend (the note says what it adds).",
+]
+
 _SUMMARIES = {
     "initialize": "The handshake; the first request on every connection (anything before it "
     "is answered `-32600 Not initialized`, a second one `-32600 Already initialized`). The "

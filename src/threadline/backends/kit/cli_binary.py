@@ -127,10 +127,16 @@ async def cli_version(path: str, timeout: float = _VERSION_TIMEOUT) -> str | Non
 
 
 def _resolve(spec: BackendSpec, cli_path: str | None) -> str | BackendCheck:
-    if spec.cli is None:
+    command = spec.cli or (cli_path if spec.command_setup is not None else None)
+    if command is None and spec.command_setup is not None:
+        # Runs whatever command it is given: usable once one is configured.
+        return BackendCheck(
+            available=True, message=spec.command_setup, credentials=spec.no_credentials
+        )
+    if command is None:
         return BackendCheck(available=True, version="builtin", credentials=spec.no_credentials)
     try:
-        return resolve_cli(cli_path or spec.cli)
+        return resolve_cli(cli_path or command)
     except ProcessError as exc:
         return BackendCheck(available=False, message=str(exc))
 
@@ -157,11 +163,12 @@ def older_than_tested(spec: BackendSpec, version: str) -> str | None:
 def _checked(spec: BackendSpec, path: str, version: str | None) -> BackendCheck:
     old = older_than_tested(spec, version) if version else None
     return BackendCheck(
-        available=version is not None,
+        # (A configured agent need not answer `--version`: found and executable is enough.)
+        available=version is not None or spec.cli is None,
         path=path,
         version=version,
         credentials=spec.credentials_hint(os.environ),
-        message=old if version else f"`{spec.cli} --version` failed",
+        message=old if version else f"`{os.path.basename(path)} --version` failed",
         outdated=old is not None,
     )
 

@@ -289,6 +289,11 @@ class AcpSession(b.BackendSession):
     async def configure(self) -> None:
         """Backend hook after the session exists (modes, model)."""
 
+    def prompt_content(self, turn: b.TurnInput) -> list[dict[str, Any]]:
+        """Backend hook: the ACP content blocks of the turn's prompt (the role bootstrap, when
+        due, goes ahead of them)."""
+        return [{"type": "text", "text": turn.text}]
+
     def created(self, result: dict[str, Any]) -> None:
         """Backend hook: the agent's answer to `session/new`."""
 
@@ -511,7 +516,7 @@ class AcpSession(b.BackendSession):
         self._stopped = {}
         grace = getattr(ctx, "interrupt_grace", None)
         self._grace = grace if isinstance(grace, (int, float)) else DEFAULT_INTERRUPT_GRACE
-        prompt: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
+        prompt = self.prompt_content(turn)
         if turn.bootstrap:
             # The role goes in once, as its own block ahead of the first prompt.
             prompt.insert(0, {"type": "text", "text": turn.bootstrap})

@@ -1,0 +1,81 @@
+"""The generic ACP backend: any agent that speaks the Agent Client Protocol over stdio.
+
+The thread names the agent's command (`config.command`, with `config.env` over threadline's
+environment), or the operator does (AGENT_BACKEND=acp, BACKEND_CLI_PATH, BACKEND_CLI_ARGS).
+Threads running the same command in the same cwd and environment share one agent process
+(the kit's `AcpPool`). Everything else is the kit's ACP client as is: an agent that needs
+quirks of its own gets a backend of its own (`gemini`, `opencode`)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from .. import base as b
+from ..kit.acp import AcpPool
+from .command import agent_command, agent_env, env_key
+from .session import GenericAcpSession
+from .spec import SPEC
+
+__all__ = ["AcpBackend", "create"]
+
+
+class AcpBackend(b.Backend):
+    honours_cli_args = True
+
+    def __init__(self) -> None:
+        super().__init__(SPEC)
+        self._nursery: trio.Nursery | None = None
+        self._pools: dict[str, AcpPool] = {}  # by command, named after it in messages
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        for pool in self._pools.values():
+            pool.attach(nursery)
+
+    def _pool(self, command: list[str]) -> AcpPool:
+        name = shlex.join(command)
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[name] = AcpPool(name)
+            if self._nursery is not None:
+                pool.attach(self._nursery)
+        return pool
+
+    def cli_command(self, settings: b.SessionSettings) -> str:
+        env_key(settings)  # (a malformed config.env is refused as early as the command)
+        return agent_command(settings)[0]
+
+    def unsupported_options(self, settings: b.SessionSettings) -> list[str]:
+        ignored = super().unsupported_options(settings)
+        if settings.model and settings.model != "default":
+            ignored.append("model (BACKEND_MODEL): put the agent's own model flag in its command")
+        return ignored
+
+    @asynccontextmanager
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        try:
+            command, env = agent_command(settings), agent_env(settings)
+        except b.ConfigInvalid as exc:
+            raise b.BackendError(str(exc), codex_error_info="other") from None
+        argv = [self.binary(settings), *command[1:]]
+        async with self._pool(command).host(
+            argv,
+            settings.cwd,
+            env,
+            key_extra=env_key(settings),
+            session_id=settings.backend_session_id,
+        ) as host:
+            session = GenericAcpSession(host, settings, command)
+            await session.open()
+            try:
+                yield session
+            finally:
+                session.close()
+
+
+def create() -> AcpBackend:
+    return AcpBackend()
