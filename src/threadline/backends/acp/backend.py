@@ -62,19 +62,17 @@ class AcpBackend(b.Backend):
         except b.ConfigInvalid as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
         argv = [self.binary(settings), *command[1:]]
-        async with self._pool(command).host(
-            argv,
-            settings.cwd,
-            env,
-            key_extra=env_key(settings),
-            session_id=settings.backend_session_id,
-        ) as host:
-            session = GenericAcpSession(host, settings, command)
-            await session.open()
-            try:
-                yield session
-            finally:
-                session.close()
+        async with (
+            self._pool(command).host(
+                argv,
+                settings.cwd,
+                env,
+                key_extra=env_key(settings),
+                session_id=settings.backend_session_id,
+            ) as host,
+            GenericAcpSession(host, settings, command).opened() as session,
+        ):
+            yield session
 
 
 def create() -> AcpBackend:

@@ -9,22 +9,22 @@ __all__ = ["SPEC"]
 
 _TESTED = ", ".join(f"`{agent.command}`" for agent in KNOWN_AGENTS if agent.tested)
 
+# An ACP agent's mode, where what the agent offers decides on resume and images.
+_MODE = mode_capabilities(
+    "the configured command (`config.command`, else `BACKEND_CLI_PATH` with"
+    " `BACKEND_CLI_ARGS`), one process per command, `config.env` and working directory,"
+    " shared by its threads (ACP over stdio); resume with `session/load` and images only"
+    " when the agent offers them",
+    "bootstrap text block prepended to the first prompt",
+    images=True,
+)
+
 SPEC = BackendSpec(
     id="acp",
     display_name="ACP agent",
     modes=("acp",),
     default_mode="acp",
-    capabilities={
-        # An ACP agent's mode, where what the agent offers decides on resume and images.
-        "acp": mode_capabilities(
-            "the configured command (`config.command`, else `BACKEND_CLI_PATH` with"
-            " `BACKEND_CLI_ARGS`), one process per command, `config.env` and working directory,"
-            " shared by its threads (ACP over stdio); resume with `session/load` and images only"
-            " when the agent offers them",
-            "bootstrap text block prepended to the first prompt",
-            images=True,
-        )
-    },
+    capabilities={"acp": _MODE},
     command_setup=(
         "available: configure a command: thread/start `config.command` (the agent and its"
         ' arguments, e.g. ["gemini", "--acp"]), or AGENT_BACKEND=acp with BACKEND_CLI_PATH'

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import trio
@@ -337,6 +337,15 @@ class AcpSession(b.BackendSession):
         if self.session_id is not None:
             self.host.sessions.pop(self.session_id, None)
         self._updates_send.close()
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[AcpSession]:
+        """The session, opened on its agent; closed on exit."""
+        await self.open()
+        try:
+            yield self
+        finally:
+            self.close()
 
     async def interrupt(self) -> None:
         interrupted_at = trio.current_time()
