@@ -21,6 +21,10 @@ Each prompt's text is a script:
   ``TAG ok`` and `end_turn`.
 * ``ask-unknown:TAG``: a `session/request_permission` (id ``perm-TAG``) for a session that
   does not exist, then a chunk ``asked TAG`` and `end_turn`.
+* ``ask:TAG``: a `tool_call` with only the tool's name (``bash``, as OpenCode's first sight
+  of a call), then a `session/request_permission` (id ``perm-TAG``) with its command ``touch
+  TAG``; allowed, it "runs" (a completed update with output ``ran TAG``) and says ``done
+  TAG``, else it says ``skipped TAG``; then `end_turn`.
 
 Everything it does goes to ``$FAKE_ACP_DIR/journal`` as lines: ``start PID``, ``new SID``,
 ``load SID``, ``prompt SID TEXT``, ``cancel SID``, ``answer SID STOPREASON``, ``reply ID
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -43,6 +48,7 @@ from typing import Any
 DIR = Path(os.environ["FAKE_ACP_DIR"])
 _write_lock = threading.Lock()
 _cancelled: dict[str, threading.Event] = {}
+_replies: dict[str, queue.Queue[dict[str, Any]]] = {}  # our request id -> threadline's reply
 
 
 def journal(line: str, name: str = "journal") -> None:
@@ -68,6 +74,55 @@ def released(tag: str) -> bool:
 def wait_released(tag: str) -> None:
     while not released(tag):
         time.sleep(0.01)
+
+
+def update(sid: str, update: dict[str, Any]) -> None:
+    send({"method": "session/update", "params": {"sessionId": sid, "update": update}})
+
+
+def ask(sid: str, tag: str) -> None:
+    call_id = f"call-{tag}"
+    update(
+        sid,
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": call_id,
+            "title": "bash",
+            "kind": "execute",
+            "status": "pending",
+            "rawInput": {},
+        },
+    )
+    call = {
+        "toolCallId": call_id,
+        "title": "bash",
+        "kind": "execute",
+        "rawInput": {"command": f"touch {tag}"},
+    }
+    options = [
+        {"optionId": "once", "name": "Allow", "kind": "allow_once"},
+        {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+    ]
+    rid = f"perm-{tag}"
+    _replies[rid] = queue.Queue()
+    params = {"sessionId": sid, "toolCall": call, "options": options}
+    send({"id": rid, "method": "session/request_permission", "params": params})
+    reply = _replies[rid].get()
+    outcome = (reply.get("result") or {}).get("outcome") or {}
+    if outcome.get("optionId") == "once":
+        content = [{"type": "content", "content": {"type": "text", "text": f"ran {tag}"}}]
+        update(
+            sid,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": call_id,
+                "status": "completed",
+                "content": content,
+            },
+        )
+        chunk(sid, f"done {tag}")
+    else:
+        chunk(sid, f"skipped {tag}")
 
 
 def prompt(rid: Any, sid: str, text: str) -> None:
@@ -99,6 +154,8 @@ def prompt(rid: Any, sid: str, text: str) -> None:
         send({"method": "session/update", "params": {"sessionId": "nobody", "update": {}}})
         send({"method": "session/update"})
         chunk(sid, f"{arg} ok")
+    elif kind == "ask":
+        ask(sid, arg)
     elif kind == "ask-unknown":
         call = {"toolCallId": f"call-{arg}", "title": "touch x", "kind": "execute"}
         options = [{"optionId": "once", "name": "Allow", "kind": "allow_once"}]
@@ -147,6 +204,8 @@ def main() -> None:
             _cancelled.setdefault(params["sessionId"], threading.Event()).set()
         elif method is None and rid is not None:
             journal(f"reply {rid} {'error' if 'error' in msg else 'ok'}")
+            if rid in _replies:
+                _replies[rid].put(msg)
         elif rid is not None:
             send({"id": rid, "error": {"code": -32601, "message": f"no {method}"}})
     os._exit(0)

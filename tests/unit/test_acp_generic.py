@@ -237,6 +237,33 @@ async def test_lines_that_are_no_message_are_ignored(tmp_path: Path, agent: Agen
     assert len(agent.pids()) == 1, "the agent was restarted"
 
 
+@pytest.mark.parametrize(
+    ("decision", "status", "says"),
+    [("accept", "completed", "done x"), ("decline", "declined", "skipped x")],
+)
+async def test_an_approval_shows_the_command_the_first_sight_lacked(
+    tmp_path: Path, agent: Agent, decision: str, status: str, says: str
+) -> None:
+    """The agent announced the call with only the tool's name; its permission request has
+    the command: that is what the client is asked about, and what the item ends with."""
+    async with server(tmp_path / "home") as client:
+        tid = await open_thread(client, agent)
+        done, events = await client.run_turn(
+            tid, "ask:x", on_request=lambda _r: {"decision": decision}, timeout=20
+        )
+        assert_items_balanced(events)
+    assert done["params"]["turn"]["status"] == "completed" and texts(events) == says, done
+    [request] = [e for e in events if "id" in e and "method" in e]
+    assert request["method"] == "item/commandExecution/requestApproval", request
+    assert request["params"]["command"] == "touch x", request
+    [item] = [
+        e["params"]["item"]
+        for e in notifications(events, "item/completed")
+        if e["params"]["item"]["type"] == "commandExecution"
+    ]
+    assert item["command"] == "touch x" and item["status"] == status, item
+
+
 async def test_a_permission_request_for_an_unknown_session_is_refused(
     tmp_path: Path, agent: Agent
 ) -> None:

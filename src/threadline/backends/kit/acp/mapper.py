@@ -207,6 +207,9 @@ class AcpTurnMapper:
         )
 
     def start_tool(self, call: dict[str, Any]) -> ThreadItem:
+        """The call's item, started at its first sight. A later sight (an update, a permission
+        request) may bring the command the first one lacked (OpenCode's first `tool_call` has
+        only the tool's name): the item takes it."""
         call_id = str(call.get("toolCallId") or "")
         item = self.tools.get(call_id)
         self.tool_seen = True
@@ -214,6 +217,10 @@ class AcpTurnMapper:
             item = self.tool_item(call)
             self.tools[item.id] = item
             self.events.append(b.ItemStarted(item))
+        raw = call.get("rawInput")
+        if isinstance(item, CommandExecutionItem) and isinstance(raw, dict) and raw.get("command"):
+            item.command = str(raw["command"])
+            item.command_actions = [UnknownAction(command=item.command)]
         return item
 
     def _tool(self, update: dict[str, Any]) -> None:
@@ -221,9 +228,6 @@ class AcpTurnMapper:
         call_id = str(update.get("toolCallId") or "")
         item = self.start_tool(update)
         status = update.get("status")
-        raw = update.get("rawInput")
-        if isinstance(item, CommandExecutionItem) and isinstance(raw, dict) and raw.get("command"):
-            item.command = str(raw["command"])
         text = _content_text(update.get("content"))
         # Output comes in updates only: a first `tool_call`'s content describes the call
         # (Gemini: "[current working directory …] (description)"), it is not output.

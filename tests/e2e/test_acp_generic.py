@@ -1,0 +1,363 @@
+"""The generic `acp` backend end to end: threadline as a subprocess starts the real `gemini
+--acp` and `opencode acp` as any ACP agent (`modelProvider: "acp"`, the command from
+`config.command` or from AGENT_BACKEND=acp, BACKEND_CLI_PATH and BACKEND_CLI_ARGS), talking to
+the project's fake model servers (tests/e2e/gemini_env.py, opencode_env.py).
+
+What the client sees: streamed text, command approvals accepted and declined, interrupts, a
+resume after a threadline restart (`session/load`), and images where the agent takes them.
+The generic backend has none of the named backends' per-agent quirks: where an agent behaves
+differently through it, the test says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.claude_env import agent_text, items_completed, items_started, requests_in
+from tests.e2e.gemini_env import MODEL, GeminiEnv, acp_pids, gemini_bin, gemini_env
+from tests.e2e.opencode_env import OpenCodeEnv, opencode_bin, opencode_env, opencode_pids
+from tests.e2e.test_doctor import doctor, lines_by_backend
+from tests.fakes.gemini import Rule as GeminiRule
+from tests.fakes.gemini import ShellCommand, Step, Text
+from tests.fakes.openai_chat import Rule as ChatRule
+from tests.fakes.openai_chat import Step as ChatStep
+from tests.fakes.openai_chat import Text as ChatText
+from tests.fakes.openai_chat import bash_call
+from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
+
+pytestmark = pytest.mark.e2e
+# The fixtures come from gemini_env.py and opencode_env.py (referenced so they count as used).
+_FIXTURES = (gemini_bin, gemini_env, opencode_bin, opencode_env)
+
+ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
+STALL_MS = 60_000  # a stream that stalls "forever" after its first chunk
+APPROVAL = "item/commandExecution/requestApproval"
+# A 1x1 PNG.
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def decide(decision: str, seen: list[Message] | None = None) -> Callable[[Message], Any]:
+    def on_request(message: Message) -> Any:
+        assert message["method"] == APPROVAL, message
+        if seen is not None:
+            seen.append(message)
+        return {"decision": decision}
+
+    return on_request
+
+
+def no_requests(message: Message) -> Any:
+    raise AssertionError(f"unexpected server request: {message}")
+
+
+async def turn(
+    srv: ServerProcess,
+    tid: str,
+    text: str | list[dict[str, Any]],
+    on_request: Callable[[Message], Any] = no_requests,
+) -> tuple[dict[str, Any], list[Any]]:
+    """Run one turn; return (the completed turn, its events). Items must pair up."""
+    if isinstance(text, str):
+        done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=90)
+    else:
+        result = await srv.call("turn/start", {"threadId": tid, "input": text})
+        done, events = await srv.collect_turn(result["turn"]["id"], on_request=on_request)
+    assert_items_balanced(events)
+    return done["params"]["turn"], events
+
+
+async def interrupt_while_streaming(srv: ServerProcess, tid: str, text: str) -> list[Any]:
+    """Start a turn whose answer stalls after its first delta, interrupt it there; return its
+    events (the turn ended interrupted, items paired)."""
+    turn_id = await srv.start_turn(tid, text)
+    seen: list[Any] = []
+    await srv.wait_for(
+        lambda e: isinstance(e, dict) and e.get("method") == "item/agentMessage/delta",
+        seen=seen,
+        timeout=90,
+    )
+    await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+    done, events = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+    assert done["params"]["turn"]["status"] == "interrupted", done
+    assert_items_balanced(events)
+    return events
+
+
+async def accept_then_decline(
+    srv: ServerProcess, tid: str, accepted: str, declined: str
+) -> tuple[list[Any], list[Any]]:
+    """Turn "accept the command" (approved) and "decline the command"; both complete.
+    Returns their events."""
+    t, accept = await turn(srv, tid, "accept the command", decide("accept"))
+    assert t["status"] == "completed", t
+    [request] = requests_in(accept)
+    assert request["params"]["command"] == accepted, request
+    [command] = items_completed(accept, "commandExecution")
+    assert command["id"] == request["params"]["itemId"] and command["status"] == "completed"
+    t, decline = await turn(srv, tid, "decline the command", decide("decline"))
+    assert t["status"] == "completed", t
+    [request] = requests_in(decline)
+    assert request["params"]["command"] == declined, request
+    [command] = items_completed(decline, "commandExecution")
+    assert command["status"] == "declined", command
+    return accept, decline
+
+
+# -- the operator's view ---------------------------------------------------------------------------
+
+
+def usable(stdout: str) -> list[str]:
+    """The backends doctor's summary counts as usable here."""
+    found = re.search(r"backends usable here \(([^)]*)\)", stdout)
+    assert found, stdout
+    return found.group(1).split(", ")
+
+
+def test_doctor_says_what_to_configure_then_checks_the_operators_agent(tmp_path: Path) -> None:
+    path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+    done = doctor(path, None, tmp_path)
+    line = lines_by_backend(done.stdout)["acp"]
+    assert line.startswith("ok acp ") and "path=-" in line, line
+    assert "configure a command" in line and "`gemini --acp`" in line, line
+    assert "acp" not in usable(done.stdout)  # not until it has a command
+
+    my_agent = tmp_path / "my-agent"
+    my_agent.write_text("#!/bin/sh\necho 'my-agent 1.2.3'\n")
+    my_agent.chmod(0o755)
+    done = doctor(path, "acp", tmp_path, BACKEND_CLI_PATH=str(my_agent))
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = lines_by_backend(done.stdout)["acp"]
+    assert f"path={my_agent} version=my-agent 1.2.3" in line, line
+    assert "acp" in usable(done.stdout)
+
+    done = doctor(path, "acp", tmp_path, BACKEND_CLI_PATH="/nonexistent/agent")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "AGENT_BACKEND=acp is not usable here" in done.stderr, done.stderr
+
+
+def test_a_missing_operator_agent_refuses_to_start(tmp_path: Path) -> None:
+    initialize = '{"id":1,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}'
+    env = {
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+        "HOME": str(tmp_path),
+        "THREADLINE_HOME": str(tmp_path / "state"),
+        "AGENT_BACKEND": "acp",
+        "BACKEND_CLI_PATH": "/nonexistent/agent",
+        "BACKEND_CLI_ARGS": "--acp",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "threadline"],
+        input=initialize + "\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode != 0 and done.stdout == "", done
+    assert "AGENT_BACKEND=acp cannot be used (tried /nonexistent/agent)" in done.stderr, done
+
+
+# -- gemini --acp ----------------------------------------------------------------------------------
+
+
+def gemini_command(env: GeminiEnv) -> list[str]:
+    return [str(env.gemini), "--acp", "-m", MODEL]
+
+
+# One process, so a signal to it reaches the worker (the named backend sets this itself).
+GEMINI_ENV = {"GEMINI_CLI_NO_RELAUNCH": "1"}
+
+
+async def test_gemini_as_the_operators_default_agent(
+    nursery: trio.Nursery, gemini_env: GeminiEnv
+) -> None:
+    """AGENT_BACKEND=acp, BACKEND_CLI_PATH=gemini, BACKEND_CLI_ARGS="--acp -m <model>": a
+    thread needs no config. Text streams, the role goes in once, an image reaches the model."""
+    env = gemini_env
+    answer = "The answer is forty-two, as computed by the fake."
+    env.script(
+        GeminiRule("first question", [answer]),
+        GeminiRule("look at this", ["A single pixel."]),
+    )
+    picture = env.work / "pixel.png"
+    picture.write_bytes(PIXEL)
+    operator = {
+        "AGENT_BACKEND": "acp",
+        "BACKEND_CLI_PATH": str(env.gemini),
+        "BACKEND_CLI_ARGS": shlex.join(["--acp", "-m", MODEL]),
+        "BACKEND_MODEL": "",  # (the model is in the agent's arguments)
+        **GEMINI_ENV,
+    }
+    async with env.server(nursery, **operator) as srv:
+        init = await srv.initialize()
+        [info] = [b for b in init["backends"] if b["id"] == "acp"]
+        assert info["available"] and info["path"] == str(env.gemini), info
+        # no modelProvider, no config: the operator's agent
+        started = await srv.call(
+            "thread/start", {"cwd": str(env.work), "developerInstructions": ROLE}
+        )
+        assert started["modelProvider"] == "acp", started
+        tid = started["thread"]["id"]
+        t, events = await turn(srv, tid, "first question")
+        assert t["status"] == "completed", t
+        assert len(notifications(events, "item/agentMessage/delta")) >= 2
+        assert agent_text(events) == answer
+        assert notifications(events, "warning") == []
+        [pid] = acp_pids(srv)
+
+        image = [
+            {"type": "text", "text": "look at this"},
+            {"type": "localImage", "path": str(picture)},
+        ]
+        t, events = await turn(srv, tid, image)
+        assert t["status"] == "completed" and agent_text(events) == "A single pixel.", t
+        assert acp_pids(srv) == [pid]
+    first, second = env.fake.model_requests
+    assert first.user_texts.count(ROLE) == 1 and second.user_texts.count(ROLE) == 1
+    sent = [p for c in second.contents for p in c.get("parts") or [] if "inlineData" in p]
+    assert [p["inlineData"]["mimeType"] for p in sent] == ["image/png"], sent
+    assert base64.b64decode(sent[0]["inlineData"]["data"]) == PIXEL
+
+
+async def test_gemini_approvals_and_interrupt(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+    env = gemini_env
+    accepted, declined = "touch accepted.txt && echo made-it", "touch declined.txt"
+    env.script(
+        GeminiRule("accept the command", [ShellCommand(accepted), "Created it."]),
+        GeminiRule("decline the command", [ShellCommand(declined), "Understood."]),
+        GeminiRule(
+            "stream",
+            [Step([Text("Part one of a long answer.")], stall_after_first_chunk_ms=STALL_MS)],
+        ),
+        GeminiRule("afterwards", ["Still here."]),
+    )
+    async with env.server(nursery, BACKEND_MODEL="") as srv:
+        await srv.initialize()
+        config = {"command": gemini_command(env), "env": GEMINI_ENV}
+        tid = await srv.start_thread(env.work, modelProvider="acp", config=config)
+        accept, decline = await accept_then_decline(srv, tid, accepted, declined)
+        [command] = items_completed(accept, "commandExecution")
+        assert command["aggregatedOutput"].strip() == "made-it", command
+        assert agent_text(accept) == "Created it." and agent_text(decline) == "Understood."
+        assert (env.work / "accepted.txt").exists() and not (env.work / "declined.txt").exists()
+        pids = acp_pids(srv)
+
+        events = await interrupt_while_streaming(srv, tid, "stream something")
+        [message] = items_completed(events, "agentMessage")
+        assert message["text"] == "Part one of a lo"  # (the fake's first 16-character chunk)
+        t, events = await turn(srv, tid, "afterwards")
+        assert t["status"] == "completed" and agent_text(events) == "Still here.", t
+        assert acp_pids(srv) == pids, "the agent was restarted: the interrupt was not native"
+
+
+async def test_gemini_resume_after_restart(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+    """thread/resume in a new threadline: `session/load` continues the Gemini session. The
+    session is made to look minutes old first: gemini 0.61.0 wipes a session loaded in the
+    minute it was created, which only the named `gemini` backend waits out."""
+    env = gemini_env
+    env.script(
+        GeminiRule("remember the word", ["Noted: PAPAYA."]),
+        GeminiRule("which word", ["It was PAPAYA."]),
+    )
+    config = {"command": gemini_command(env), "env": GEMINI_ENV}
+    async with env.server(nursery, BACKEND_MODEL="") as srv:
+        await srv.initialize()
+        tid = await srv.start_thread(env.work, modelProvider="acp", config=config)
+        t, _ = await turn(srv, tid, "remember the word PAPAYA")
+        assert t["status"] == "completed", t
+    sid = env.thread_record(tid)["backend_session_id"]
+    env.age_session(sid)
+    async with env.server(nursery, BACKEND_MODEL="") as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        t, events = await turn(srv, tid, "which word was it?")
+        assert t["status"] == "completed" and agent_text(events) == "It was PAPAYA.", t
+        # the history replayed by session/load is not shown as part of this turn
+        assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
+    assert env.thread_record(tid)["backend_session_id"] == sid
+    assert "remember the word PAPAYA" in env.fake.model_requests[-1].user_texts
+
+
+# -- opencode acp ----------------------------------------------------------------------------------
+
+
+def opencode_config(env: OpenCodeEnv) -> dict[str, Any]:
+    # OpenCode runs every tool without asking unless told to (the named backend does this
+    # from the thread's approval policy).
+    permission = json.dumps({"bash": "ask", "edit": "ask"})
+    return {"command": [str(env.opencode), "acp"], "env": {"OPENCODE_PERMISSION": permission}}
+
+
+async def test_opencode_text_approvals_and_interrupt(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv
+) -> None:
+    env = opencode_env
+    accepted, declined = "printf yes > accepted.txt && echo wrote-it", "printf no > declined.txt"
+    env.script(
+        ChatRule("hello", [ChatStep([ChatText("Hello from OpenCode, streamed.")], chunk_size=6)]),
+        ChatRule("accept the command", [bash_call(accepted), "Ran it."]),
+        ChatRule("decline the command", [bash_call(declined), "Never said."]),
+        ChatRule(
+            "stall", [ChatStep([ChatText("Partial answer.")], stall_after_first_delta_ms=STALL_MS)]
+        ),
+        ChatRule("after", ["Back to normal."]),
+    )
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        tid = await srv.start_thread(env.work, modelProvider="acp", config=opencode_config(env))
+        t, events = await turn(srv, tid, "hello")
+        assert t["status"] == "completed", t
+        assert len(notifications(events, "item/agentMessage/delta")) >= 2
+        assert agent_text(events) == "Hello from OpenCode, streamed."
+
+        # (The command item may be announced with OpenCode's tool name, `bash`, first: its first
+        # tool_call has no arguments yet. The `opencode` backend holds it back until they come.)
+        accept, _ = await accept_then_decline(srv, tid, accepted, declined)
+        [command] = items_completed(accept, "commandExecution")
+        assert command["command"] == accepted and command["aggregatedOutput"] == "wrote-it\n"
+        assert (env.work / "accepted.txt").read_text() == "yes"
+        assert not (env.work / "declined.txt").exists()
+        [acp] = opencode_pids(srv, "acp")
+
+        await interrupt_while_streaming(srv, tid, "stall please")
+        t, events = await turn(srv, tid, "after that")
+        assert t["status"] == "completed" and agent_text(events) == "Back to normal.", t
+        assert opencode_pids(srv, "acp") == [acp], "the agent was restarted"
+
+
+async def test_opencode_resume_after_restart(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv
+) -> None:
+    env = opencode_env
+    env.script(
+        ChatRule("remember", ["Noted: PINEAPPLE."]),
+        ChatRule("what was", ["It was PINEAPPLE."]),
+    )
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        tid = await srv.start_thread(env.work, modelProvider="acp", config=opencode_config(env))
+        t, _ = await turn(srv, tid, "remember the word PINEAPPLE")
+        assert t["status"] == "completed", t
+    session = env.thread_record(tid)["backend_session_id"]
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        t, events = await turn(srv, tid, "what was the word")
+        assert t["status"] == "completed" and agent_text(events) == "It was PINEAPPLE.", t
+        assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
+    assert {r.headers.get("x-session-id") for r in env.fake.model_requests} == {session}
+    assert "remember the word PINEAPPLE" in "\n".join(env.fake.user_texts(-1))
