@@ -80,6 +80,38 @@ async def turn(
     return done["params"]["turn"], events
 
 
+async def acp_thread(srv: ServerProcess, cwd: Path, config: dict[str, Any]) -> str:
+    await srv.initialize()
+    return await srv.start_thread(cwd, modelProvider="acp", config=config)
+
+
+async def remember_then_resume(
+    nursery: trio.Nursery,
+    env: GeminiEnv | OpenCodeEnv,
+    config: dict[str, Any],
+    before_resume: Callable[[str], None] = lambda _sid: None,
+    **server_env: str,
+) -> tuple[str, list[Any]]:
+    """Turn "remember the word WORD" in one threadline, then thread/resume in a new one
+    (`session/load` of the agent's session) and turn "which word was it?", which completes
+    with only its own items (the replayed history is not shown). `before_resume` gets the
+    agent's session id. Returns it and the second turn's events."""
+    async with env.server(nursery, **server_env) as srv:
+        tid = await acp_thread(srv, env.work, config)
+        t, _ = await turn(srv, tid, "remember the word WORD")
+        assert t["status"] == "completed", t
+    sid = str(env.thread_record(tid)["backend_session_id"])
+    before_resume(sid)
+    async with env.server(nursery, **server_env) as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        t, events = await turn(srv, tid, "which word was it?")
+        assert t["status"] == "completed", t
+        assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
+    assert env.thread_record(tid)["backend_session_id"] == sid
+    return sid, events
+
+
 async def interrupt_while_streaming(srv: ServerProcess, tid: str, text: str) -> list[Any]:
     """Start a turn whose answer stalls after its first delta, interrupt it there; return its
     events (the turn ended interrupted, items paired)."""
@@ -246,9 +278,8 @@ async def test_gemini_approvals_and_interrupt(nursery: trio.Nursery, gemini_env:
         GeminiRule("afterwards", ["Still here."]),
     )
     async with env.server(nursery, BACKEND_MODEL="") as srv:
-        await srv.initialize()
         config = {"command": gemini_command(env), "env": GEMINI_ENV}
-        tid = await srv.start_thread(env.work, modelProvider="acp", config=config)
+        tid = await acp_thread(srv, env.work, config)
         accept, decline = await accept_then_decline(srv, tid, accepted, declined)
         [command] = items_completed(accept, "commandExecution")
         assert command["aggregatedOutput"].strip() == "made-it", command
@@ -265,31 +296,16 @@ async def test_gemini_approvals_and_interrupt(nursery: trio.Nursery, gemini_env:
 
 
 async def test_gemini_resume_after_restart(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
-    """thread/resume in a new threadline: `session/load` continues the Gemini session. The
-    session is made to look minutes old first: gemini 0.61.0 wipes a session loaded in the
-    minute it was created, which only the named `gemini` backend waits out."""
+    """The session is made to look minutes old before the resume: gemini 0.61.0 wipes a
+    session loaded in the minute it was created, which only the named `gemini` backend waits
+    out."""
     env = gemini_env
-    env.script(
-        GeminiRule("remember the word", ["Noted: PAPAYA."]),
-        GeminiRule("which word", ["It was PAPAYA."]),
-    )
+    env.script(GeminiRule("remember", ["Noted: PAPAYA."]), GeminiRule("which", ["PAPAYA."]))
     config = {"command": gemini_command(env), "env": GEMINI_ENV}
-    async with env.server(nursery, BACKEND_MODEL="") as srv:
-        await srv.initialize()
-        tid = await srv.start_thread(env.work, modelProvider="acp", config=config)
-        t, _ = await turn(srv, tid, "remember the word PAPAYA")
-        assert t["status"] == "completed", t
-    sid = env.thread_record(tid)["backend_session_id"]
-    env.age_session(sid)
-    async with env.server(nursery, BACKEND_MODEL="") as srv:
-        await srv.initialize()
-        await srv.call("thread/resume", {"threadId": tid})
-        t, events = await turn(srv, tid, "which word was it?")
-        assert t["status"] == "completed" and agent_text(events) == "It was PAPAYA.", t
-        # the history replayed by session/load is not shown as part of this turn
-        assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
-    assert env.thread_record(tid)["backend_session_id"] == sid
-    assert "remember the word PAPAYA" in env.fake.model_requests[-1].user_texts
+    _, events = await remember_then_resume(nursery, env, config, env.age_session, BACKEND_MODEL="")
+    assert agent_text(events) == "PAPAYA."
+    # the model saw the earlier exchange
+    assert "remember the word WORD" in env.fake.model_requests[-1].user_texts
 
 
 # -- opencode acp ----------------------------------------------------------------------------------
@@ -317,8 +333,7 @@ async def test_opencode_text_approvals_and_interrupt(
         ChatRule("after", ["Back to normal."]),
     )
     async with env.server(nursery) as srv:
-        await srv.initialize()
-        tid = await srv.start_thread(env.work, modelProvider="acp", config=opencode_config(env))
+        tid = await acp_thread(srv, env.work, opencode_config(env))
         t, events = await turn(srv, tid, "hello")
         assert t["status"] == "completed", t
         assert len(notifications(events, "item/agentMessage/delta")) >= 2
@@ -343,21 +358,9 @@ async def test_opencode_resume_after_restart(
     nursery: trio.Nursery, opencode_env: OpenCodeEnv
 ) -> None:
     env = opencode_env
-    env.script(
-        ChatRule("remember", ["Noted: PINEAPPLE."]),
-        ChatRule("what was", ["It was PINEAPPLE."]),
-    )
-    async with env.server(nursery) as srv:
-        await srv.initialize()
-        tid = await srv.start_thread(env.work, modelProvider="acp", config=opencode_config(env))
-        t, _ = await turn(srv, tid, "remember the word PINEAPPLE")
-        assert t["status"] == "completed", t
-    session = env.thread_record(tid)["backend_session_id"]
-    async with env.server(nursery) as srv:
-        await srv.initialize()
-        await srv.call("thread/resume", {"threadId": tid})
-        t, events = await turn(srv, tid, "what was the word")
-        assert t["status"] == "completed" and agent_text(events) == "It was PINEAPPLE.", t
-        assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
+    env.script(ChatRule("remember", ["Noted: PINEAPPLE."]), ChatRule("which", ["PINEAPPLE."]))
+    session, events = await remember_then_resume(nursery, env, opencode_config(env))
+    assert agent_text(events) == "PINEAPPLE."
+    # the same OpenCode session: the model saw the earlier exchange
     assert {r.headers.get("x-session-id") for r in env.fake.model_requests} == {session}
-    assert "remember the word PINEAPPLE" in "\n".join(env.fake.user_texts(-1))
+    assert "remember the word WORD" in "\n".join(env.fake.user_texts(-1))
