@@ -194,6 +194,9 @@ class ScriptedBackend(b.Backend):
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
         return b.BackendCheck(available=True, version="0-test")
 
+    def cli_command(self, settings: b.SessionSettings) -> str | None:
+        return None  # in-process: no CLI to look up
+
     def models(self) -> list[Model]:
         return []
 
