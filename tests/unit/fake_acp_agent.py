@@ -24,7 +24,8 @@ Each prompt's text is a script:
 * ``ask:TAG``: a `tool_call` with only the tool's name (``bash``, as OpenCode's first sight
   of a call), then a `session/request_permission` (id ``perm-TAG``) with its command ``touch
   TAG``; allowed, it "runs" (a completed update with output ``ran TAG``) and says ``done
-  TAG``, else it says ``skipped TAG``; then `end_turn`.
+  TAG``, else it reports the call failed (as OpenCode and Qwen Code do) and says ``skipped
+  TAG``; then `end_turn`.
 
 Everything it does goes to ``$FAKE_ACP_DIR/journal`` as lines: ``start PID``, ``new SID``,
 ``load SID``, ``prompt SID TEXT``, ``cancel SID``, ``answer SID STOPREASON``, ``reply ID
@@ -122,6 +123,9 @@ def ask(sid: str, tag: str) -> None:
         )
         chunk(sid, f"done {tag}")
     else:
+        update(
+            sid, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"}
+        )
         chunk(sid, f"skipped {tag}")
 
 
