@@ -34,15 +34,16 @@ from tests.fakes.gemini import ShellCommand, Step, Text
 from tests.fakes.openai_chat import Rule as ChatRule
 from tests.fakes.openai_chat import Step as ChatStep
 from tests.fakes.openai_chat import Text as ChatText
-from tests.fakes.openai_chat import bash_call
+from tests.fakes.openai_chat import ToolCall, bash_call
 from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
 
 pytestmark = pytest.mark.e2e
-# The fixtures come from gemini_env.py and opencode_env.py (referenced so they count as used).
+# The fixtures come from the *_env.py modules (referenced here so they count as used).
 _FIXTURES = (gemini_bin, gemini_env, opencode_bin, opencode_env)
 
 ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
 STALL_MS = 60_000  # a stream that stalls "forever" after its first chunk
+HELLO = "Hello from the agent, streamed in chunks."
 APPROVAL = "item/commandExecution/requestApproval"
 # A 1x1 PNG.
 PIXEL = base64.b64decode(
@@ -50,11 +51,9 @@ PIXEL = base64.b64decode(
 )
 
 
-def decide(decision: str, seen: list[Message] | None = None) -> Callable[[Message], Any]:
+def decide(decision: str) -> Callable[[Message], Any]:
     def on_request(message: Message) -> Any:
         assert message["method"] == APPROVAL, message
-        if seen is not None:
-            seen.append(message)
         return {"decision": decision}
 
     return on_request
@@ -112,10 +111,10 @@ async def remember_then_resume(
     return sid, events
 
 
-async def interrupt_while_streaming(srv: ServerProcess, tid: str, text: str) -> list[Any]:
-    """Start a turn whose answer stalls after its first delta, interrupt it there; return its
-    events (the turn ended interrupted, items paired)."""
-    turn_id = await srv.start_turn(tid, text)
+async def interrupt_while_streaming(srv: ServerProcess, tid: str) -> None:
+    """Turn "stall please" (its answer stalls after the first delta), interrupted there: it
+    ends interrupted, items paired."""
+    turn_id = await srv.start_turn(tid, "stall please")
     seen: list[Any] = []
     await srv.wait_for(
         lambda e: isinstance(e, dict) and e.get("method") == "item/agentMessage/delta",
@@ -126,27 +125,39 @@ async def interrupt_while_streaming(srv: ServerProcess, tid: str, text: str) -> 
     done, events = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
     assert done["params"]["turn"]["status"] == "interrupted", done
     assert_items_balanced(events)
-    return events
 
 
-async def accept_then_decline(
-    srv: ServerProcess, tid: str, accepted: str, declined: str
-) -> tuple[list[Any], list[Any]]:
-    """Turn "accept the command" (approved) and "decline the command"; both complete.
-    Returns their events."""
-    t, accept = await turn(srv, tid, "accept the command", decide("accept"))
-    assert t["status"] == "completed", t
-    [request] = requests_in(accept)
-    assert request["params"]["command"] == accepted, request
-    [command] = items_completed(accept, "commandExecution")
-    assert command["id"] == request["params"]["itemId"] and command["status"] == "completed"
-    t, decline = await turn(srv, tid, "decline the command", decide("decline"))
-    assert t["status"] == "completed", t
-    [request] = requests_in(decline)
-    assert request["params"]["command"] == declined, request
-    [command] = items_completed(decline, "commandExecution")
-    assert command["status"] == "declined", command
-    return accept, decline
+async def streams_asks_and_stops(
+    srv: ServerProcess,
+    tid: str,
+    accepted: str,
+    declined: str,
+    agent_pids: Callable[[ServerProcess], list[int]],
+) -> list[Any]:
+    """The agent's fake model is scripted with `HELLO` for "hello", command `accepted` for
+    "accept the command", `declined` for "decline the command", a stalling answer for
+    "stall" and "Back to normal." for "after". The text streams; the approvals name the
+    commands and the client's decisions hold; an interrupt is native (the same agent process
+    goes on). Returns the accepted turn's events."""
+    t, events = await turn(srv, tid, "hello")
+    assert t["status"] == "completed" and agent_text(events) == HELLO, t
+    assert len(notifications(events, "item/agentMessage/delta")) >= 2
+    pids = agent_pids(srv)
+    decided = {}
+    for decision, command in (("accept", accepted), ("decline", declined)):
+        t, events = await turn(srv, tid, f"{decision} the command", decide(decision))
+        assert t["status"] == "completed", t
+        [request] = requests_in(events)
+        assert request["params"]["command"] == command, request
+        [item] = items_completed(events, "commandExecution")
+        assert item["id"] == request["params"]["itemId"], (item, request)
+        assert item["status"] == ("completed" if decision == "accept" else "declined"), item
+        decided[decision] = events
+    await interrupt_while_streaming(srv, tid)
+    t, events = await turn(srv, tid, "after that")
+    assert t["status"] == "completed" and agent_text(events) == "Back to normal.", t
+    assert agent_pids(srv) == pids, "the agent was restarted: the interrupt was not native"
+    return decided["accept"]
 
 
 # -- the operator's view ---------------------------------------------------------------------------
@@ -218,11 +229,10 @@ async def test_gemini_as_the_operators_default_agent(
     nursery: trio.Nursery, gemini_env: GeminiEnv
 ) -> None:
     """AGENT_BACKEND=acp, BACKEND_CLI_PATH=gemini, BACKEND_CLI_ARGS="--acp -m <model>": a
-    thread needs no config. Text streams, the role goes in once, an image reaches the model."""
+    thread needs no config. The role goes in once, an image reaches the model."""
     env = gemini_env
-    answer = "The answer is forty-two, as computed by the fake."
     env.script(
-        GeminiRule("first question", [answer]),
+        GeminiRule("first question", ["The answer is forty-two."]),
         GeminiRule("look at this", ["A single pixel."]),
     )
     picture = env.work / "pixel.png"
@@ -246,8 +256,7 @@ async def test_gemini_as_the_operators_default_agent(
         tid = started["thread"]["id"]
         t, events = await turn(srv, tid, "first question")
         assert t["status"] == "completed", t
-        assert len(notifications(events, "item/agentMessage/delta")) >= 2
-        assert agent_text(events) == answer
+        assert agent_text(events) == "The answer is forty-two."
         assert notifications(events, "warning") == []
         [pid] = acp_pids(srv)
 
@@ -265,34 +274,25 @@ async def test_gemini_as_the_operators_default_agent(
     assert base64.b64decode(sent[0]["inlineData"]["data"]) == PIXEL
 
 
-async def test_gemini_approvals_and_interrupt(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+async def test_gemini_text_approvals_and_interrupt(
+    nursery: trio.Nursery, gemini_env: GeminiEnv
+) -> None:
     env = gemini_env
     accepted, declined = "touch accepted.txt && echo made-it", "touch declined.txt"
     env.script(
+        GeminiRule("hello", [HELLO]),
         GeminiRule("accept the command", [ShellCommand(accepted), "Created it."]),
         GeminiRule("decline the command", [ShellCommand(declined), "Understood."]),
-        GeminiRule(
-            "stream",
-            [Step([Text("Part one of a long answer.")], stall_after_first_chunk_ms=STALL_MS)],
-        ),
-        GeminiRule("afterwards", ["Still here."]),
+        GeminiRule("stall", [Step([Text(HELLO)], stall_after_first_chunk_ms=STALL_MS)]),
+        GeminiRule("after", ["Back to normal."]),
     )
     async with env.server(nursery, BACKEND_MODEL="") as srv:
         config = {"command": gemini_command(env), "env": GEMINI_ENV}
         tid = await acp_thread(srv, env.work, config)
-        accept, decline = await accept_then_decline(srv, tid, accepted, declined)
-        [command] = items_completed(accept, "commandExecution")
-        assert command["aggregatedOutput"].strip() == "made-it", command
-        assert agent_text(accept) == "Created it." and agent_text(decline) == "Understood."
-        assert (env.work / "accepted.txt").exists() and not (env.work / "declined.txt").exists()
-        pids = acp_pids(srv)
-
-        events = await interrupt_while_streaming(srv, tid, "stream something")
-        [message] = items_completed(events, "agentMessage")
-        assert message["text"] == "Part one of a lo"  # (the fake's first 16-character chunk)
-        t, events = await turn(srv, tid, "afterwards")
-        assert t["status"] == "completed" and agent_text(events) == "Still here.", t
-        assert acp_pids(srv) == pids, "the agent was restarted: the interrupt was not native"
+        accept = await streams_asks_and_stops(srv, tid, accepted, declined, acp_pids)
+    [command] = items_completed(accept, "commandExecution")
+    assert command["aggregatedOutput"].strip() == "made-it", command
+    assert (env.work / "accepted.txt").exists() and not (env.work / "declined.txt").exists()
 
 
 async def test_gemini_resume_after_restart(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
@@ -318,40 +318,34 @@ def opencode_config(env: OpenCodeEnv) -> dict[str, Any]:
     return {"command": [str(env.opencode), "acp"], "env": {"OPENCODE_PERMISSION": permission}}
 
 
+def chat_script(accepted: ToolCall, declined: ToolCall) -> list[ChatRule]:
+    """The rules `streams_asks_and_stops` needs, for a chat-completions fake."""
+    return [
+        ChatRule("hello", [ChatStep([ChatText(HELLO)], chunk_size=6)]),
+        ChatRule("accept the command", [accepted, "Ran it."]),
+        ChatRule("decline the command", [declined, "Never said."]),
+        ChatRule("stall", [ChatStep([ChatText(HELLO)], stall_after_first_delta_ms=STALL_MS)]),
+        ChatRule("after", ["Back to normal."]),
+    ]
+
+
 async def test_opencode_text_approvals_and_interrupt(
     nursery: trio.Nursery, opencode_env: OpenCodeEnv
 ) -> None:
     env = opencode_env
     accepted, declined = "printf yes > accepted.txt && echo wrote-it", "printf no > declined.txt"
-    env.script(
-        ChatRule("hello", [ChatStep([ChatText("Hello from OpenCode, streamed.")], chunk_size=6)]),
-        ChatRule("accept the command", [bash_call(accepted), "Ran it."]),
-        ChatRule("decline the command", [bash_call(declined), "Never said."]),
-        ChatRule(
-            "stall", [ChatStep([ChatText("Partial answer.")], stall_after_first_delta_ms=STALL_MS)]
-        ),
-        ChatRule("after", ["Back to normal."]),
-    )
+    env.script(*chat_script(bash_call(accepted), bash_call(declined)))
     async with env.server(nursery) as srv:
         tid = await acp_thread(srv, env.work, opencode_config(env))
-        t, events = await turn(srv, tid, "hello")
-        assert t["status"] == "completed", t
-        assert len(notifications(events, "item/agentMessage/delta")) >= 2
-        assert agent_text(events) == "Hello from OpenCode, streamed."
-
         # (The command item may be announced with OpenCode's tool name, `bash`, first: its first
         # tool_call has no arguments yet. The `opencode` backend holds it back until they come.)
-        accept, _ = await accept_then_decline(srv, tid, accepted, declined)
-        [command] = items_completed(accept, "commandExecution")
-        assert command["command"] == accepted and command["aggregatedOutput"] == "wrote-it\n"
-        assert (env.work / "accepted.txt").read_text() == "yes"
-        assert not (env.work / "declined.txt").exists()
-        [acp] = opencode_pids(srv, "acp")
-
-        await interrupt_while_streaming(srv, tid, "stall please")
-        t, events = await turn(srv, tid, "after that")
-        assert t["status"] == "completed" and agent_text(events) == "Back to normal.", t
-        assert opencode_pids(srv, "acp") == [acp], "the agent was restarted"
+        accept = await streams_asks_and_stops(
+            srv, tid, accepted, declined, lambda srv: opencode_pids(srv, "acp")
+        )
+    [command] = items_completed(accept, "commandExecution")
+    assert command["command"] == accepted and command["aggregatedOutput"] == "wrote-it\n"
+    assert (env.work / "accepted.txt").read_text() == "yes"
+    assert not (env.work / "declined.txt").exists()
 
 
 async def test_opencode_resume_after_restart(

@@ -41,6 +41,16 @@ KNOWN_AGENTS = (
         " shows a command's real text from the start and reads provider errors' HTTP status.",
     ),
     KnownAgent(
+        "Qwen Code",
+        "qwen --acp --approval-mode default",
+        "npm install -g @qwen-code/qwen-code",
+        tested=False,
+        note="it starts in mode `auto`, where a model call approves tools: `--approval-mode"
+        " default` asks. Its own backend (`qwen`) also sets the mode from the approval policy,"
+        " shows a command's real text from the start, reports token usage and says what a"
+        " failed model API call means.",
+    ),
+    KnownAgent(
         "Goose",
         "goose acp",
         "see https://block.github.io/goose/docs/getting-started/installation",
