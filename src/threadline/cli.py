@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .backends.registry import BACKEND_IDS
+from .backends.registry import BACKEND_IDS, SPECS
 
 __all__ = ["main"]
 
 _DESCRIPTION = """\
 threadline speaks newline-delimited JSON-RPC (the Codex app-server v2 core) on stdin/stdout
-and drives coding-agent CLIs: {clis} (and the offline `mock`).
+and drives coding-agent CLIs: {clis}, any other agent that speaks ACP
+(`acp`), and the offline `mock`.
 With no command it serves on stdio until stdin closes or it gets SIGTERM.
 
 environment:
@@ -177,7 +178,6 @@ def _doctor() -> int:
     import trio
 
     from .backends.instances import create_backends
-    from .backends.registry import SPECS
     from .invocation import command_name
     from .server.app import backend_infos
     from .server.config import ConfigError, ServerConfig
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=command_name(),
         description=_DESCRIPTION.format(
-            clis=", ".join(i for i in BACKEND_IDS if i != "mock"), ids="|".join(BACKEND_IDS)
+            clis=", ".join(s.id for s in SPECS.values() if s.cli), ids="|".join(BACKEND_IDS)
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
