@@ -1,7 +1,8 @@
 """The generic `acp` backend end to end: threadline as a subprocess starts the real `gemini
---acp` and `opencode acp` as any ACP agent (`modelProvider: "acp"`, the command from
-`config.command` or from AGENT_BACKEND=acp, BACKEND_CLI_PATH and BACKEND_CLI_ARGS), talking to
-the project's fake model servers (tests/e2e/gemini_env.py, opencode_env.py).
+--acp`, `opencode acp` and `qwen --acp` as any ACP agent (`modelProvider: "acp"`, the command
+from `config.command` or from AGENT_BACKEND=acp, BACKEND_CLI_PATH and BACKEND_CLI_ARGS),
+talking to the project's fake model servers (tests/e2e/gemini_env.py, opencode_env.py,
+qwen_env.py).
 
 What the client sees: streamed text, command approvals accepted and declined, interrupts, a
 resume after a threadline restart (`session/load`), and images where the agent takes them.
@@ -28,6 +29,8 @@ import trio
 from tests.e2e.claude_env import agent_text, items_completed, items_started, requests_in
 from tests.e2e.gemini_env import MODEL, GeminiEnv, acp_pids, gemini_bin, gemini_env
 from tests.e2e.opencode_env import OpenCodeEnv, opencode_bin, opencode_env, opencode_pids
+from tests.e2e.qwen_env import QwenEnv, qwen_bin, qwen_env, shell_call
+from tests.e2e.qwen_env import acp_pids as qwen_pids
 from tests.e2e.test_doctor import doctor, lines_by_backend
 from tests.fakes.gemini import Rule as GeminiRule
 from tests.fakes.gemini import ShellCommand, Step, Text
@@ -39,7 +42,7 @@ from tests.support.client import Message, ServerProcess, assert_items_balanced, 
 
 pytestmark = pytest.mark.e2e
 # The fixtures come from the *_env.py modules (referenced here so they count as used).
-_FIXTURES = (gemini_bin, gemini_env, opencode_bin, opencode_env)
+_FIXTURES = (gemini_bin, gemini_env, opencode_bin, opencode_env, qwen_bin, qwen_env)
 
 ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
 STALL_MS = 60_000  # a stream that stalls "forever" after its first chunk
@@ -86,7 +89,7 @@ async def acp_thread(srv: ServerProcess, cwd: Path, config: dict[str, Any]) -> s
 
 async def remember_then_resume(
     nursery: trio.Nursery,
-    env: GeminiEnv | OpenCodeEnv,
+    env: GeminiEnv | OpenCodeEnv | QwenEnv,
     config: dict[str, Any],
     before_resume: Callable[[str], None] = lambda _sid: None,
     **server_env: str,
@@ -357,4 +360,36 @@ async def test_opencode_resume_after_restart(
     assert agent_text(events) == "PINEAPPLE."
     # the same OpenCode session: the model saw the earlier exchange
     assert {r.headers.get("x-session-id") for r in env.fake.model_requests} == {session}
+    assert "remember the word WORD" in "\n".join(env.fake.user_texts(-1))
+
+
+# -- qwen --acp ------------------------------------------------------------------------------------
+
+
+def qwen_config(env: QwenEnv) -> dict[str, Any]:
+    # qwen starts sessions in mode `auto` (a model call approves tools): `default` asks (the
+    # named backend sets the mode from the thread's approval policy).
+    return {"command": [str(env.qwen), "--acp", "--approval-mode", "default"]}
+
+
+async def test_qwen_text_approvals_and_interrupt(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
+    env = qwen_env
+    accepted, declined = "touch accepted.txt && echo made-it", "touch declined.txt"
+    env.script(*chat_script(shell_call(accepted), shell_call(declined)))
+    async with env.server(nursery) as srv:
+        tid = await acp_thread(srv, env.work, qwen_config(env))
+        # (The command item is announced with qwen's placeholder title, `Shell`, and qwen's
+        # usage reports show as empty message items: the `qwen` backend holds the one back
+        # and takes the others out.)
+        accept = await streams_asks_and_stops(srv, tid, accepted, declined, qwen_pids)
+    [command] = items_completed(accept, "commandExecution")
+    assert command["aggregatedOutput"].strip() == "made-it", command
+    assert (env.work / "accepted.txt").exists() and not (env.work / "declined.txt").exists()
+
+
+async def test_qwen_resume_after_restart(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
+    env = qwen_env
+    env.script(ChatRule("remember", ["Noted: MANGO."]), ChatRule("which", ["MANGO."]))
+    _, events = await remember_then_resume(nursery, env, qwen_config(env))
+    assert agent_text(events) == "MANGO."
     assert "remember the word WORD" in "\n".join(env.fake.user_texts(-1))

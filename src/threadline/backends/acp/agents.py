@@ -44,7 +44,7 @@ KNOWN_AGENTS = (
         "Qwen Code",
         "qwen --acp --approval-mode default",
         "npm install -g @qwen-code/qwen-code",
-        tested=False,
+        tested=True,
         note="it starts in mode `auto`, where a model call approves tools: `--approval-mode"
         " default` asks. Its own backend (`qwen`) also sets the mode from the approval policy,"
         " shows a command's real text from the start, reports token usage and says what a"
