@@ -106,7 +106,9 @@ async def remember_then_resume(
     before_resume(sid)
     async with env.server(nursery, **server_env) as srv:
         await srv.initialize()
-        await srv.call("thread/resume", {"threadId": tid})
+        # config.env is never stored (it may hold credentials): the client passes it again.
+        again = {"config": {"env": config["env"]}} if "env" in config else {}
+        await srv.call("thread/resume", {"threadId": tid, **again})
         t, events = await turn(srv, tid, "which word was it?")
         assert t["status"] == "completed", t
         assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]

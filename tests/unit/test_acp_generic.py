@@ -163,11 +163,27 @@ async def test_an_agent_that_exits_at_start_fails_the_turn_readably(
 # -- resume ----------------------------------------------------------------------------------------
 
 
-async def resume_and_turn(home: Path, tid: str) -> dict[str, Any]:
+async def resume_and_turn(home: Path, tid: str, **resume: Any) -> dict[str, Any]:
     async with server(home) as client:
-        await client.call("thread/resume", {"threadId": tid})
+        await client.call("thread/resume", {"threadId": tid, **resume})
         t, _ = await turn(client, tid, "say:after the restart")
         return t
+
+
+async def test_config_env_is_never_stored_and_comes_back_with_resume(
+    tmp_path: Path, agent: Agent
+) -> None:
+    home = tmp_path / "home"
+    secret = "sk-SECRET-config-env-never-stored"
+    async with server(home) as client:
+        tid = await open_thread(client, agent, env={"FAKE_ACP_NOTE": secret})
+        await turn(client, tid, "say:first")
+    stored = [p for p in home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert stored == []
+    # The client passes it again on resume; the agent gets it.
+    t = await resume_and_turn(home, tid, config={"env": {"FAKE_ACP_NOTE": "again"}})
+    assert t["status"] == "completed", t
+    assert ["env", "again", str(agent.work)] in agent.journal("facts")
 
 
 async def test_resume_loads_the_session_when_the_agent_offers_it(

@@ -396,6 +396,7 @@ class LoadedThread:
             "developerInstructions": s.developer_instructions,
             "maxTurns": s.max_turns,
             "allowedTools": s.allowed_tools,
-            "config": s.config,
+            # `config.env` may hold credentials: never stored (pass it again on thread/resume).
+            "config": {k: v for k, v in s.config.items() if k != "env"},
         }
         return {k: v for k, v in data.items() if v is not None}
