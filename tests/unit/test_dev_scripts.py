@@ -1,4 +1,5 @@
-"""scripts/function-length: what it reports on a package and how it exits."""
+"""The developer's scripts: what scripts/function-length reports and how it exits; which tests
+scripts/test-unit leaves out."""
 
 from __future__ import annotations
 
@@ -8,6 +9,36 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "function-length"
+TEST_UNIT = ROOT / "scripts" / "test-unit"
+
+#: Tests asking for a real CLI in each way scripts/pytest_no_agent_cli.py knows, two that do not.
+TESTS = """
+import pytest
+
+@pytest.fixture
+def claude():
+    return "claude"
+
+@pytest.fixture
+def gemini_env():
+    return "env"
+
+@pytest.fixture(params=["pinned-clis", "no-clis"])
+def cli_env(request):
+    return request.param
+
+def test_plain():
+    pass
+
+def test_claude(claude):
+    pass
+
+def test_gemini(gemini_env):
+    pass
+
+def test_environments(cli_env):
+    pass
+"""
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -54,3 +85,19 @@ def test_exits_0_and_prints_nothing_when_all_fit(tmp_path: Path) -> None:
     result = run("--max", "81", source)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
     assert run(source).returncode == 1  # 81 lines: over the default limit of 80
+
+
+def test_test_unit_leaves_out_the_tests_that_run_an_agent_cli(tmp_path: Path) -> None:
+    (tmp_path / "test_mixed.py").write_text(TESTS)
+    result = subprocess.run(
+        [str(TEST_UNIT), "-v", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = sorted(
+        line.split("::")[1].split()[0] for line in result.stdout.splitlines() if " PASSED" in line
+    )
+    assert ran == ["test_environments[no-clis]", "test_plain"]
+    assert "left out 3 tests that run a real agent CLI" in result.stdout
