@@ -79,11 +79,15 @@ def test_a_function_counts_its_nested_functions_and_each_is_checked(tmp_path: Pa
     ]
 
 
-def test_exits_0_and_prints_nothing_when_all_fit(tmp_path: Path) -> None:
+def test_exits_0_when_all_fit(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
-    source.write_text("def f():\n" + body(80))
+    source.write_text("def f():\n" + body(80) + "\n\ndef g():\n    pass\n")
     result = run("--max", "81", source)
-    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        "no function over 81 lines (2 functions)\n",
+        "",
+    )
     assert run(source).returncode == 1  # 81 lines: over the default limit of 80
 
 
