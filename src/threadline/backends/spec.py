@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..protocol.methods import BackendCapabilities
 
-__all__ = ["BackendCheck", "BackendSpec", "acp_capabilities", "mode_capabilities"]
+__all__ = ["BackendCheck", "BackendSpec", "NpmCli", "acp_capabilities", "mode_capabilities"]
 
 
 @dataclass
@@ -31,23 +31,28 @@ class BackendCheck:
 
 
 @dataclass(frozen=True)
+class NpmCli:
+    """An agent CLI installed from npm: its command, its package, the version the project's
+    tests pin (`scripts/install-clis` installs it) and the oldest they passed on (older
+    installs are reported; default: the pin)."""
+
+    command: str
+    package: str
+    pinned: str
+    oldest_tested: str | None = None
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     id: str
     display_name: str
-    modes: tuple[str, ...]
-    default_mode: str
+    #: What the backend can do in each of its modes; the first mode is the default.
     capabilities: Mapping[str, BackendCapabilities]
-    #: The CLI's command name; None for a backend that runs in-process.
-    cli: str | None = None
+    #: The CLI it drives; None for a backend that runs in-process or runs a configured command.
+    npm: NpmCli | None = None
     #: (variable, hint) pairs: the first variable set gives the credentials hint.
     credentials: tuple[tuple[str, str], ...] = ()
     no_credentials: str = "none needed"
-    #: The npm package that ships the CLI (None: not installed from npm).
-    npm_package: str | None = None
-    #: The CLI version the project's tests pin (`scripts/install-clis` installs it).
-    pinned_version: str | None = None
-    #: The oldest CLI version the tests have passed on; older installs are reported.
-    oldest_tested: str | None = None
     #: What to do when the model API refuses the credentials (HTTP 401 / not logged in).
     login_fix: str | None = None
     #: Files a logged-in CLI keeps its credentials in (`~` and `$VAR` expanded; the first that
@@ -61,6 +66,31 @@ class BackendSpec:
     #: For a backend with no fixed CLI (it runs the command a thread or the operator
     #: configures): what to configure, reported by `initialize` and `doctor` while none is.
     command_setup: str | None = None
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(self.capabilities)
+
+    @property
+    def default_mode(self) -> str:
+        return next(iter(self.capabilities))
+
+    @property
+    def cli(self) -> str | None:
+        """The CLI's command name; None for a backend without a fixed CLI."""
+        return self.npm.command if self.npm else None
+
+    @property
+    def npm_package(self) -> str | None:
+        return self.npm.package if self.npm else None
+
+    @property
+    def pinned_version(self) -> str | None:
+        return self.npm.pinned if self.npm else None
+
+    @property
+    def oldest_tested(self) -> str | None:
+        return (self.npm.oldest_tested or self.npm.pinned) if self.npm else None
 
     @property
     def install_command(self) -> str | None:

@@ -22,8 +22,6 @@ _MODE = mode_capabilities(
 SPEC = BackendSpec(
     id="acp",
     display_name="ACP agent",
-    modes=("acp",),
-    default_mode="acp",
     capabilities={"acp": _MODE},
     command_setup=(
         "available: configure a command: thread/start `config.command` (the agent and its"

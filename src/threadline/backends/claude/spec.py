@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, mode_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -12,8 +12,6 @@ _ROLE = "`--append-system-prompt` plus one bootstrap message on the first turn"
 SPEC = BackendSpec(
     id="claude",
     display_name="Claude Code",
-    modes=("stream", "print"),
-    default_mode="stream",
     capabilities={
         "stream": mode_capabilities(
             (
@@ -33,10 +31,7 @@ SPEC = BackendSpec(
             interrupt=False,
         ),
     },
-    cli="claude",
-    npm_package="@anthropic-ai/claude-code",
-    pinned_version="2.1.332",
-    oldest_tested="2.1.197",
+    npm=NpmCli("claude", "@anthropic-ai/claude-code", "2.1.332", oldest_tested="2.1.197"),
     login_fix="set ANTHROPIC_API_KEY, or run `claude login`",
     credential_files=("$CLAUDE_CONFIG_DIR/.credentials.json", "~/.claude/.credentials.json"),
     credentials=(

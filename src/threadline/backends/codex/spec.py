@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, mode_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities
 
 __all__ = ["SPEC"]
 
 SPEC = BackendSpec(
     id="codex",
     display_name="Codex",
-    modes=("app-server", "exec"),
-    default_mode="app-server",
     capabilities={
         "app-server": mode_capabilities(
             (
@@ -31,10 +29,7 @@ SPEC = BackendSpec(
             deltas=False,
         ),
     },
-    cli="codex",
-    npm_package="@openai/codex",
-    pinned_version="0.169.0",
-    oldest_tested="0.169.0",
+    npm=NpmCli("codex", "@openai/codex", "0.169.0"),
     # Codex's own OpenAI provider reads only its login (auth.json), never OPENAI_API_KEY.
     login_fix="run `codex login` (or `printenv OPENAI_API_KEY | codex login --with-api-key`)",
     credential_files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),

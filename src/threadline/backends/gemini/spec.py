@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, acp_capabilities, mode_capabilities
+from ..spec import BackendSpec, NpmCli, acp_capabilities, mode_capabilities
 
 __all__ = ["SPEC"]
 
 SPEC = BackendSpec(
     id="gemini",
     display_name="Gemini CLI",
-    modes=("acp", "headless"),
-    default_mode="acp",
     capabilities={
         "acp": acp_capabilities("gemini --acp"),
         "headless": mode_capabilities(
@@ -21,10 +19,7 @@ SPEC = BackendSpec(
             reasoning=False,
         ),
     },
-    cli="gemini",
-    npm_package="@google/gemini-cli",
-    pinned_version="0.61.0",
-    oldest_tested="0.61.0",
+    npm=NpmCli("gemini", "@google/gemini-cli", "0.61.0"),
     login_fix="set GEMINI_API_KEY (or run `gemini` once to sign in with Google)",
     credential_files=("~/.gemini/oauth_creds.json",),
     credentials=(

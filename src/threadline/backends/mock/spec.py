@@ -9,8 +9,6 @@ __all__ = ["SPEC"]
 SPEC = BackendSpec(
     id="mock",
     display_name="Mock (scripted, offline)",
-    modes=("script",),
-    default_mode="script",
     capabilities={
         "script": mode_capabilities(
             "in-process scripted agent (no CLI, no network); directives in the prompt",

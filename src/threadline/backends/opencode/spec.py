@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, acp_capabilities, mode_capabilities
+from ..spec import BackendSpec, NpmCli, acp_capabilities, mode_capabilities
 
 __all__ = ["SPEC"]
 
 SPEC = BackendSpec(
     id="opencode",
     display_name="OpenCode",
-    modes=("acp", "run"),
-    default_mode="acp",
     capabilities={
         "acp": acp_capabilities("opencode acp"),
         "run": mode_capabilities(
@@ -21,10 +19,7 @@ SPEC = BackendSpec(
             deltas=False,
         ),
     },
-    cli="opencode",
-    npm_package="opencode-ai",
-    pinned_version="1.18.33",
-    oldest_tested="1.18.33",
+    npm=NpmCli("opencode", "opencode-ai", "1.18.33"),
     login_fix="run `opencode auth login` (or set the provider's API key, e.g. ANTHROPIC_API_KEY)",
     credential_files=("$XDG_DATA_HOME/opencode/auth.json", "~/.local/share/opencode/auth.json"),
     credentials=(("OPENCODE_CONFIG_CONTENT", "OPENCODE_CONFIG_CONTENT set"),),

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, acp_capabilities
+from ..spec import BackendSpec, NpmCli, acp_capabilities
 
 __all__ = ["SPEC"]
 
 SPEC = BackendSpec(
     id="qwen",
     display_name="Qwen Code",
-    modes=("acp",),
-    default_mode="acp",
     capabilities={"acp": acp_capabilities("qwen --acp")},
-    cli="qwen",
-    npm_package="@qwen-code/qwen-code",
-    pinned_version="0.24.4",
-    oldest_tested="0.24.4",
+    npm=NpmCli("qwen", "@qwen-code/qwen-code", "0.24.4"),
     login_fix=(
         "set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible provider), or "
         "configure `security.auth` in ~/.qwen/settings.json"
