@@ -66,11 +66,8 @@ class GeminiBackend(b.Backend):
                 await _wait_out_session_minute(sid, env)
 
             session.before_load = before_load
-            await session.open()
-            try:
+            async with session.opened():
                 yield session
-            finally:
-                session.close()
 
 
 def create() -> GeminiBackend:

@@ -73,11 +73,8 @@ class OpenCodeBackend(b.Backend):
             session_id=settings.backend_session_id,
         ) as host:
             session = OpenCodeAcpSession(host, settings)
-            await session.open()
-            try:
+            async with session.opened():
                 yield session
-            finally:
-                session.close()
 
 
 def create() -> OpenCodeBackend:

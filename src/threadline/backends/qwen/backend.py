@@ -35,11 +35,8 @@ class QwenBackend(b.Backend):
             argv, settings.cwd, dict(settings.env), session_id=settings.backend_session_id
         ) as host:
             session = QwenAcpSession(host, settings)
-            await session.open()
-            try:
+            async with session.opened():
                 yield session
-            finally:
-                session.close()
 
 
 def create() -> QwenBackend:
