@@ -11,8 +11,9 @@ requests from one queue); with neither hook it gets -32601.
 
 `run()` is the one reader. When the peer's output ends it awaits `on_eof`, cancels the
 request handlers still running and fails every pending request with `PeerClosed`.
-Every message written carries `"jsonrpc": "2.0"`; incoming ones need not. To see the wire,
-give it a `transport.TracedTransport`.
+Every message written carries `"jsonrpc": "2.0"`; incoming ones need not. Requests and their
+answers are logged at DEBUG (logger `threadline.rpc`); to see the whole wire, give it a
+`transport.TracedTransport`.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class Endpoint:
         rid = self._next_id
         send, recv = trio.open_memory_channel[_Envelope | PeerClosed](1)
         self._pending[rid] = send
+        log.debug("%s: request %d %s", self.name, rid, method)
         try:
             await self._write(_message(method, params, rid))
             if sent is not None:
@@ -167,7 +169,9 @@ class Endpoint:
             self._pending.pop(rid, None)
         if isinstance(answer, PeerClosed):
             raise PeerClosed(f"{method}: {answer}")
-        if answer.error is not None:
+        failed = answer.error is not None
+        log.debug("%s: response %d (%s)%s", self.name, rid, method, " error" if failed else "")
+        if failed:
             raise ResponseError.of(method, answer.error)
         return msgspec.json.decode(answer.result, type=result_type) if answer.result else None
 

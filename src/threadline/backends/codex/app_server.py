@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -10,12 +9,7 @@ import msgspec
 import trio
 
 from ...channels import receive_ready_or_none, send_ready
-from ...procs.group import (
-    GroupProcess,
-    LineTooLong,
-    ProcessError,
-    processes_gone,
-)
+from ...procs.group import GroupProcess, ProcessError, processes_gone
 from ...protocol import (
     CommandExecutionItem,
     ToolRequestUserInputQuestion,
@@ -23,6 +17,8 @@ from ...protocol import (
     UnknownAction,
     UserMessageItem,
 )
+from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
+from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
 from ..kit.spawn import open_cli_process
@@ -45,12 +41,6 @@ from .spec import SPEC
 log = logging.getLogger("threadline.backend.codex")
 
 
-class _RpcFailure(Exception):
-    def __init__(self, error: dict[str, Any]) -> None:
-        super().__init__(str(error.get("message", error)))
-        self.error = error
-
-
 class CodexAppServerSession(b.BackendSession):
     def __init__(
         self,
@@ -63,10 +53,8 @@ class CodexAppServerSession(b.BackendSession):
         self.launcher_env = launcher_env or {}
         self.proc: GroupProcess | None = None
         self.codex_thread_id: str | None = None
-        self._next_id = 1
-        self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
-        self._events_send, self._events = trio.open_memory_channel[dict[str, Any] | None](10_000)
-        self._write_lock = trio.Lock()
+        self._endpoint: Endpoint | None = None
+        self._events_send, self._events = trio.open_memory_channel[Incoming | None](10_000)
         self._exited = trio.Event()
         self._turn_id: str | None = None
         self._closing = trio.Event()
@@ -101,9 +89,14 @@ class CodexAppServerSession(b.BackendSession):
                 grace=3.0,
             ) as proc:
                 self.proc = proc
+                # Codex's requests reach `_events` in arrival order with its notifications:
+                # the running turn answers them (`_server_request`).
+                self._endpoint = Endpoint(
+                    proc, name="codex app-server", on_message=self._queue, on_eof=self._ended
+                )
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    nursery.start_soon(self._read, proc, nursery.cancel_scope)
+                    nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
                     await self._handshake()
                     task_status.started()
                     await self._closing.wait()
@@ -117,76 +110,70 @@ class CodexAppServerSession(b.BackendSession):
             self.healthy = False
             self._exited.set()
             self._events_send.close()
-            for chan in self._pending.values():
-                chan.close()
+            if self._endpoint is not None:
+                self._endpoint.close("codex app-server has stopped")
 
-    async def _read(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
-        decoder = msgspec.json.Decoder()
-        while True:
-            try:
-                line = await proc.read_line()
-            except LineTooLong as exc:
-                log.warning("codex printed an oversized line: %s", exc)
-                continue
-            if line is None:
-                break
-            try:
-                msg = decoder.decode(line)
-            except msgspec.DecodeError:
-                log.warning("codex printed invalid JSON: %s", line[:200])
-                continue
-            if not isinstance(msg, dict):
-                continue
-            if "method" not in msg and "id" in msg:
-                chan = self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
-                if chan is not None:
-                    chan.send_nowait(msg)
-                continue
-            await send_ready(self._events_send, msg)
-        await proc.wait()
-        self.healthy = False
-        await self._events_send.send(None)
-        for chan in self._pending.values():
-            chan.close()
-        self._pending.clear()
+    async def _serve(self, endpoint: Endpoint, scope: trio.CancelScope) -> None:
+        """Read codex's output; once it ends (and its pending requests failed), so does the
+        process."""
+        await endpoint.run()
         scope.cancel()
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        proc = self.proc
-        if proc is None or self._exited.is_set():
-            raise _exit_error(proc, "is not running")
-        async with self._write_lock:
-            try:
-                await proc.write(json.dumps(message).encode() + b"\n")
-            except ProcessError:
-                self.healthy = False
-                raise _exit_error(proc, "stopped accepting input") from None
+    async def _queue(self, message: Incoming) -> None:
+        await send_ready(self._events_send, message)
+
+    async def _ended(self) -> None:
+        assert self.proc is not None
+        await self.proc.wait()
+        self.healthy = False
+        await self._events_send.send(None)
+
+    def _endpoint_or_exit(self) -> Endpoint:
+        """The connection to the running app-server."""
+        endpoint = self._endpoint
+        if endpoint is None or endpoint.closed is not None or self._exited.is_set():
+            raise _exit_error(self.proc, "is not running")
+        return endpoint
+
+    def _unwritable(self) -> b.BackendError:
+        self.healthy = False
+        return _exit_error(self.proc, "stopped accepting input")
 
     async def request(
         self, method: str, params: Any, timeout: float = 60, sent: trio.Event | None = None
     ) -> Any:
-        rid = self._next_id
-        self._next_id += 1
-        send, recv = trio.open_memory_channel[dict[str, Any]](1)
-        self._pending[rid] = send
+        """Codex's result; raises `ResponseError` for its error answer, `BackendError` when it
+        does not answer."""
+        endpoint = self._endpoint_or_exit()
+        sent = trio.Event() if sent is None else sent
         try:
-            await self._send({"id": rid, "method": method, "params": params})
-            if sent is not None:
-                sent.set()
-            with trio.fail_after(timeout):
-                try:
-                    response = await recv.receive()
-                except trio.EndOfChannel:
-                    raise _exit_error(self.proc, f"exited while answering {method}") from None
-        except trio.TooSlowError:
+            return await endpoint.request(method, params, timeout=timeout, sent=sent)
+        except RequestTimeout:
             raise b.BackendError(
                 f"codex did not answer {method} within {timeout:.0f} s", codex_error_info="other"
             ) from None
-        finally:
-            self._pending.pop(rid, None)
-        if "error" in response:
-            raise _RpcFailure(response["error"] if isinstance(response["error"], dict) else {})
-        return response.get("result")
+        except PeerClosed:
+            if not sent.is_set():
+                raise self._unwritable() from None
+            raise _exit_error(self.proc, f"exited while answering {method}") from None
+
+    async def _notify(self, method: str) -> None:
+        try:
+            await self._endpoint_or_exit().notify(method)
+        except PeerClosed:
+            raise self._unwritable() from None
+
+    async def _respond(self, request: Incoming, result: Any, error: RpcError | None) -> None:
+        """Answer a request of codex's with `result`, or with `error` when there is one."""
+        assert request.id is not None
+        endpoint = self._endpoint_or_exit()
+        try:
+            if error is not None:
+                await endpoint.respond_error(request.id, error.code, error.message)
+            else:
+                await endpoint.respond(request.id, result)
+        except PeerClosed:
+            raise self._unwritable() from None
 
     async def _handshake(self) -> None:
         await self.request(
@@ -196,7 +183,7 @@ class CodexAppServerSession(b.BackendSession):
                 "capabilities": {"experimentalApi": False},
             },
         )
-        await self._send({"method": "initialized"})
+        await self._notify("initialized")
         params: dict[str, Any] = {
             "cwd": self.settings.cwd,
             "approvalPolicy": self.settings.approval_policy,
@@ -218,9 +205,9 @@ class CodexAppServerSession(b.BackendSession):
                 )
             else:
                 result = await self.request("thread/start", params)
-        except _RpcFailure as exc:
+        except ResponseError as exc:
             raise b.BackendError(
-                f"codex refused to open the thread: {exc}", codex_error_info="other"
+                f"codex refused to open the thread: {exc.message}", codex_error_info="other"
             ) from None
         thread = (result or {}).get("thread") or {}
         self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
@@ -231,7 +218,7 @@ class CodexAppServerSession(b.BackendSession):
         its requests without credentials (`account/read`)."""
         try:
             account = await self.request("account/read", {}, timeout=10) or {}
-        except (_RpcFailure, b.BackendError):
+        except (ResponseError, b.BackendError):
             return False
         return bool(account.get("requiresOpenaiAuth")) and account.get("account") is None
 
@@ -257,8 +244,8 @@ class CodexAppServerSession(b.BackendSession):
     async def _interrupt(self, params: dict[str, Any], sent: trio.Event | None = None) -> None:
         try:
             await self.request("turn/interrupt", params, timeout=10, sent=sent)
-        except _RpcFailure as exc:
-            log.info("codex turn/interrupt: %s", exc)
+        except ResponseError as exc:
+            log.info("codex turn/interrupt: %s", exc.message)
         except b.BackendError as exc:
             log.warning("codex turn/interrupt: %s", exc.message)
         finally:
@@ -310,9 +297,9 @@ class CodexAppServerSession(b.BackendSession):
                     "input": [msgspec.to_builtins(i) for i in turn.input],
                 },
             )
-        except _RpcFailure as exc:
+        except ResponseError as exc:
             raise b.BackendError(
-                f"codex rejected the turn: {exc}", codex_error_info="other"
+                f"codex rejected the turn: {exc.message}", codex_error_info="other"
             ) from None
         self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
         in_flight_commands: set[str] = set()
@@ -325,11 +312,11 @@ class CodexAppServerSession(b.BackendSession):
             async with trio.open_nursery() as nursery:
                 while True:
                     msg = await self._next_event()
-                    if "id" in msg and "method" in msg:
+                    if msg.id is not None:
                         nursery.start_soon(self._server_request, msg, ctx)
                         continue
-                    method = msg.get("method")
-                    params = msg.get("params") or {}
+                    method = msg.method
+                    params = _params(msg)
                     if params.get("threadId") not in (None, self.codex_thread_id):
                         continue
                     if params.get("turnId") not in (None, self._turn_id) and method != "error":
@@ -355,7 +342,7 @@ class CodexAppServerSession(b.BackendSession):
                     if method == "error":
                         final_error = await self._error(params, ctx, watch) or final_error
                         continue
-                    if str(method).startswith("item/"):
+                    if method.startswith("item/"):
                         watch.progress()  # the model answers
                     await self._translate(method, params, ctx, in_flight_commands)
         finally:
@@ -393,7 +380,7 @@ class CodexAppServerSession(b.BackendSession):
             params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
             self._nursery.start_soon(self._interrupt, params)
 
-    async def _next_event(self) -> dict[str, Any]:
+    async def _next_event(self) -> Incoming:
         msg = await receive_ready_or_none(self._events)
         if msg is None:
             self.healthy = False
@@ -416,7 +403,7 @@ class CodexAppServerSession(b.BackendSession):
         )
 
     async def _translate(
-        self, method: Any, params: dict[str, Any], ctx: b.TurnContext, in_flight: set[str]
+        self, method: str, params: dict[str, Any], ctx: b.TurnContext, in_flight: set[str]
     ) -> None:
         item_id = str(params.get("itemId") or "")
         match method:
@@ -476,11 +463,18 @@ class CodexAppServerSession(b.BackendSession):
             case _:
                 pass  # status changes, rate limits, read state: ours are computed by the engine
 
-    async def _server_request(self, msg: dict[str, Any], ctx: b.TurnContext) -> None:
-        method = msg.get("method")
-        params = msg.get("params") or {}
+    async def _server_request(self, request: Incoming, ctx: b.TurnContext) -> None:
+        try:
+            result, error = await self._answer(request, ctx), None
+        except RpcError as exc:
+            result, error = None, exc
+        await self._respond(request, result, error)
+
+    async def _answer(self, request: Incoming, ctx: b.TurnContext) -> dict[str, Any]:
+        """The result for a request of codex's (raises `RpcError` for one not handled)."""
+        method = request.method
+        params = _params(request)
         item_id = str(params.get("itemId") or "")
-        result: dict[str, Any]
         if method == "item/commandExecution/requestApproval":
             self._not_running.add(item_id)
             decision = await ctx.request_approval(
@@ -498,8 +492,8 @@ class CodexAppServerSession(b.BackendSession):
             )
             if decision in ("accept", "acceptForSession"):
                 self._not_running.discard(item_id)
-            result = {"decision": decision}
-        elif method == "item/fileChange/requestApproval":
+            return {"decision": decision}
+        if method == "item/fileChange/requestApproval":
             decision = await ctx.request_approval(
                 b.ApprovalRequest(
                     kind="fileChange",
@@ -508,8 +502,8 @@ class CodexAppServerSession(b.BackendSession):
                     grant_root=params.get("grantRoot"),
                 )
             )
-            result = {"decision": decision}
-        elif method == "item/tool/requestUserInput":
+            return {"decision": decision}
+        if method == "item/tool/requestUserInput":
             questions = (
                 _convert(
                     params.get("questions"),
@@ -518,17 +512,15 @@ class CodexAppServerSession(b.BackendSession):
                 or []
             )
             answers = await ctx.request_user_input(item_id, questions)
-            result = {"answers": {k: {"answers": v} for k, v in (answers or {}).items()}}
-        elif method == "item/permissions/requestApproval":
-            result = {"permissions": {}}  # fail closed: grant nothing
-        elif method == "mcpServer/elicitation/request":
-            result = {"action": "decline"}
-        else:
-            await self._send(
-                {
-                    "id": msg["id"],
-                    "error": {"code": -32601, "message": f"threadline does not handle {method}"},
-                }
-            )
-            return
-        await self._send({"id": msg["id"], "result": result})
+            return {"answers": {k: {"answers": v} for k, v in (answers or {}).items()}}
+        if method == "item/permissions/requestApproval":
+            return {"permissions": {}}  # fail closed: grant nothing
+        if method == "mcpServer/elicitation/request":
+            return {"action": "decline"}
+        raise RpcError(METHOD_NOT_FOUND, f"threadline does not handle {method}")
+
+
+def _params(message: Incoming) -> dict[str, Any]:
+    """A message's params when they are an object (else none)."""
+    params = message.json_params()
+    return params if isinstance(params, dict) else {}

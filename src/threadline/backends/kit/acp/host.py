@@ -1,22 +1,19 @@
-"""One ACP agent process: JSON-RPC 2.0 over its stdio, requests both ways."""
+"""One ACP agent process: JSON-RPC 2.0 over its stdio (an `rpc.endpoint.Endpoint`), requests
+both ways."""
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, Protocol
 
-import msgspec
 import trio
 
-from ....procs.group import (
-    GroupProcess,
-    LineTooLong,
-    ProcessError,
-)
+from ....procs.group import GroupProcess, ProcessError
+from ....rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
+from ....rpc.errors import INVALID_PARAMS, RpcError
 from ... import base as b
 from ..spawn import open_cli_process
 
@@ -28,7 +25,6 @@ __all__ = [
     "AcpHost",
     "HostedSession",
     "Prompt",
-    "RequestHandler",
     "StderrHandler",
     "error_info_for_code",
 ]
@@ -36,13 +32,21 @@ __all__ = [
 #: ACP's error code for "authentication required" (an agent with no credentials).
 AUTH_REQUIRED = -32000
 
+#: Our `initialize` params. fs is not advertised: Gemini then does its own file I/O; OpenCode
+#: calls fs/* anyway and we answer it (confined to the cwd).
+_INITIALIZE = {
+    "protocolVersion": 1,
+    "clientCapabilities": {
+        "fs": {"readTextFile": False, "writeTextFile": False},
+        "terminal": False,
+    },
+    "clientInfo": {"name": "threadline", "version": "1"},
+}
 
-class AcpError(Exception):
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
+
+class AcpError(RpcError):
+    """An ACP error: the agent's answer to a request of ours, or (raised by a session's
+    `on_request`) ours to one of the agent's."""
 
 
 def error_info_for_code(code: int, message: str) -> str:
@@ -57,9 +61,6 @@ def error_info_for_code(code: int, message: str) -> str:
     if 500 <= code < 600 or any(s in text for s in ("500", "internal server error", "overloaded")):
         return "internalServerError"
     return "other"
-
-
-RequestHandler = Callable[[str, dict[str, Any]], Any]
 
 
 #: Called with the host and each line its agent writes to stderr (must not block).
@@ -130,9 +131,7 @@ class AcpHost:
         #: hard cancel): the agent may be wedged, so no new session is put on it and it stops
         #: once its last session is gone.
         self.retired = False
-        self._next_id = 0
-        self._pending: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
-        self._write_lock = trio.Lock()
+        self._endpoint: Endpoint | None = None
         self._stop = trio.Event()
         self._stopped = trio.Event()
         #: sessionId → callbacks of the session using it
@@ -165,23 +164,16 @@ class AcpHost:
                 self.alive = True
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    nursery.start_soon(self._read, proc, nursery.cancel_scope)
+                    self._endpoint = Endpoint(
+                        proc,
+                        name=self.name,
+                        on_message=self._on_message,
+                        on_request=self._on_request,
+                        on_eof=self._on_eof,
+                    )
+                    nursery.start_soon(self._endpoint.run)
                     self.init_result = (
-                        await self.request(
-                            "initialize",
-                            {
-                                "protocolVersion": 1,
-                                # fs is not advertised: Gemini then does its own file I/O; OpenCode
-                                # calls fs/* anyway and we answer it (confined to the cwd).
-                                "clientCapabilities": {
-                                    "fs": {"readTextFile": False, "writeTextFile": False},
-                                    "terminal": False,
-                                },
-                                "clientInfo": {"name": "threadline", "version": "1"},
-                            },
-                            timeout=120,
-                        )
-                        or {}
+                        await self.request("initialize", _INITIALIZE, timeout=120) or {}
                     )
                     started = True
                     task_status.started()
@@ -191,7 +183,7 @@ class AcpHost:
                         await proc.wait()
                     nursery.cancel_scope.cancel()
             if not started:
-                # The agent exited before answering `initialize`: the reader's end cancelled
+                # The agent exited before answering `initialize`: its end (`_on_eof`) cancelled
                 # the pending request, so nothing raised (and `nursery.start` would report
                 # "child exited without calling task_status.started()" as an internal error).
                 early_exit = self.failure("exited during start-up")
@@ -206,9 +198,8 @@ class AcpHost:
         finally:
             self.alive = False
             self._stopped.set()
-            for chan in self._pending.values():
-                chan.close()
-            self._pending.clear()
+            if self._endpoint is not None:
+                self._endpoint.close(f"{self.name} has stopped")
             for session in list(self.sessions.values()):
                 session.host_died()
         if early_exit is not None:
@@ -244,106 +235,61 @@ class AcpHost:
 
     # JSON-RPC
 
-    async def _read(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
-        decoder = msgspec.json.Decoder()
-        async with trio.open_nursery() as handlers:
-            while True:
-                try:
-                    line = await proc.read_line()
-                except LineTooLong as exc:
-                    log.warning("%s printed an oversized line: %s", self.name, exc)
-                    continue
-                if line is None:
-                    break
-                try:
-                    msg = decoder.decode(line)
-                except msgspec.DecodeError:
-                    log.debug("%s (non-JSON stdout): %s", self.name, line[:200])
-                    continue
-                if not isinstance(msg, dict):
-                    continue
-                if "method" in msg and "id" in msg:
-                    handlers.start_soon(self._answer, msg)
-                elif "method" in msg:
-                    self._notification(msg)
-                elif "id" in msg:
-                    chan = (
-                        self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
-                    )
-                    if chan is not None:
-                        chan.send_nowait(msg)
-            await proc.wait()
-            self.alive = False
-            for session in list(self.sessions.values()):
-                session.host_died()
-            handlers.cancel_scope.cancel()
-        scope.cancel()
+    async def _on_eof(self) -> None:
+        """The agent's output ended: it is gone, and so is everything running for it (the
+        start-up, prompts in flight); requests waiting elsewhere then fail."""
+        assert self.proc is not None and self._nursery is not None
+        await self.proc.wait()
+        self.alive = False
+        for session in list(self.sessions.values()):
+            session.host_died()
+        self._nursery.cancel_scope.cancel()
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        proc = self.proc
-        if proc is None or not self.alive:
+    def _running(self) -> Endpoint:
+        endpoint = self._endpoint
+        if endpoint is None or endpoint.closed is not None or not self.alive:
             raise self.failure("is not running")
-        async with self._write_lock:
-            try:
-                await proc.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-            except ProcessError:
-                raise self.failure("stopped accepting input") from None
+        return endpoint
 
     async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
-        rid = self._next_id
-        self._next_id += 1
-        log.debug("%s: request %s %s", self.name, rid, method)
-        send, recv = trio.open_memory_channel[dict[str, Any]](1)
-        self._pending[rid] = send
+        """The agent's result; raises `AcpError` for its error answer, `BackendError` when it
+        does not answer."""
+        endpoint = self._running()
+        sent = trio.Event()
         try:
-            await self._send({"id": rid, "method": method, "params": params})
-            with trio.fail_after(timeout if timeout is not None else float("inf")):
-                try:
-                    response = await recv.receive()
-                except trio.EndOfChannel:
-                    raise self.failure(f"exited while answering {method}") from None
-        except trio.TooSlowError:
+            return await endpoint.request(method, params, timeout=timeout, sent=sent)
+        except ResponseError as exc:
+            raise AcpError(exc.code, exc.message, exc.data) from None
+        except RequestTimeout:
             raise b.BackendError(
                 f"{self.name} did not answer {method} in time", codex_error_info="other"
             ) from None
-        finally:
-            self._pending.pop(rid, None)
-        error = response.get("error")
-        log.debug("%s: response %s (%s)%s", self.name, rid, method, " error" if error else "")
-        if error is not None:
-            if not isinstance(error, dict):
-                error = {"code": -32603, "message": str(error)}
-            code = error.get("code")
-            raise AcpError(
-                code if isinstance(code, int) else -32603,
-                str(error.get("message", "error")),
-                error.get("data"),
+        except PeerClosed:
+            what = (
+                f"exited while answering {method}" if sent.is_set() else "stopped accepting input"
             )
-        return response.get("result")
+            raise self.failure(what) from None
 
     async def notify(self, method: str, params: Any) -> None:
-        await self._send({"method": method, "params": params})
-
-    def _notification(self, msg: dict[str, Any]) -> None:
-        params = msg.get("params") or {}
-        if msg.get("method") == "session/update":
-            session = self.sessions.get(str(params.get("sessionId")))
-            if session is not None and not session.ignores_updates:
-                session.on_update(params.get("update") or {})
-
-    async def _answer(self, msg: dict[str, Any]) -> None:
-        method = str(msg.get("method"))
-        params = msg.get("params") or {}
-        session = self.sessions.get(str(params.get("sessionId")))
         try:
-            if session is None:
-                raise AcpError(-32602, f"unknown session {params.get('sessionId')!r}")
-            result = await session.on_request(method, params)
-            reply: dict[str, Any] = {"id": msg["id"], "result": result}
-        except AcpError as exc:
-            reply = {"id": msg["id"], "error": {"code": exc.code, "message": exc.message}}
-        except Exception as exc:
-            log.exception("answering %s", method)
-            reply = {"id": msg["id"], "error": {"code": -32603, "message": str(exc)}}
-        with suppress(b.BackendError):
-            await self._send(reply)
+            await self._running().notify(method, params)
+        except PeerClosed:
+            raise self.failure("stopped accepting input") from None
+
+    async def _on_message(self, message: Incoming) -> None:
+        params = message.json_params()
+        if message.method != "session/update" or not isinstance(params, dict):
+            return
+        session = self.sessions.get(str(params.get("sessionId")))
+        if session is not None and not session.ignores_updates:
+            session.on_update(params.get("update") or {})
+
+    async def _on_request(self, request: Incoming) -> Any:
+        """The answer to the agent's request, from the session it names (its `AcpError` is
+        the error answer)."""
+        params = request.json_params()
+        params = params if isinstance(params, dict) else {}
+        session = self.sessions.get(str(params.get("sessionId")))
+        if session is None:
+            raise AcpError(INVALID_PARAMS, f"unknown session {params.get('sessionId')!r}")
+        return await session.on_request(request.method, params)
