@@ -4,6 +4,7 @@ notifications and requests from the peer, timeouts, and the peer going away."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -66,6 +67,34 @@ async def test_answers_reach_their_requests_in_any_order_and_errors_raise() -> N
     assert (failure.method, failure.code, failure.message) == ("second", -32602, "bad")
     assert failure.data == {"field": "n"}
     assert str(failure) == "second: bad (JSON-RPC error -32602)"
+
+
+async def test_requests_and_their_answers_are_logged_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="threadline.rpc")
+    peer = Peer()
+    endpoint = Endpoint(peer.transport, name="the agent")
+
+    async def answer(error: bool) -> None:
+        request = await peer.read()
+        reply = {"error": {"code": 1, "message": "no"}} if error else {"result": "yes"}
+        await peer.write({"id": request["id"], **reply})
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoint.run)
+        nursery.start_soon(answer, False)
+        await endpoint.request("session/new", {})
+        nursery.start_soon(answer, True)
+        with pytest.raises(ResponseError):
+            await endpoint.request("session/prompt", {})
+        await peer.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG] == [
+        "the agent: request 1 session/new",
+        "the agent: response 1 (session/new)",
+        "the agent: request 2 session/prompt",
+        "the agent: response 2 (session/prompt) error",
+    ]
 
 
 async def test_a_request_times_out_and_its_late_answer_is_dropped() -> None:
