@@ -1,7 +1,8 @@
-"""Fixtures shared by the e2e tests. The real-CLI ones live in their own modules."""
+"""Fixtures shared by the e2e tests: every CLI's `<id>_bin` and `<id>_env`
+(tests/e2e/<id>_env.py, built on tests/support/cli_env.py)."""
 
 from __future__ import annotations
 
-from tests.e2e.claude_env import claude_bin, claude_env
+from tests.support.cli_env import env_fixtures
 
-__all__ = ["claude_bin", "claude_env"]
+globals().update(env_fixtures())

@@ -26,10 +26,9 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.claude_env import agent_text, items_completed, items_started, requests_in
-from tests.e2e.gemini_env import MODEL, GeminiEnv, acp_pids, gemini_bin, gemini_env
-from tests.e2e.opencode_env import OpenCodeEnv, opencode_bin, opencode_env, opencode_pids
-from tests.e2e.qwen_env import QwenEnv, qwen_bin, qwen_env, shell_call
+from tests.e2e.gemini_env import MODEL, GeminiEnv, acp_pids
+from tests.e2e.opencode_env import OpenCodeEnv, opencode_pids
+from tests.e2e.qwen_env import QwenEnv, shell_call
 from tests.e2e.qwen_env import acp_pids as qwen_pids
 from tests.e2e.test_doctor import doctor, lines_by_backend
 from tests.fakes.gemini import Rule as GeminiRule
@@ -39,10 +38,9 @@ from tests.fakes.openai_chat import Step as ChatStep
 from tests.fakes.openai_chat import Text as ChatText
 from tests.fakes.openai_chat import ToolCall, bash_call
 from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
+from tests.support.events import agent_text, items_completed, items_started, requests_in
 
 pytestmark = pytest.mark.e2e
-# The fixtures come from the *_env.py modules (referenced here so they count as used).
-_FIXTURES = (gemini_bin, gemini_env, opencode_bin, opencode_env, qwen_bin, qwen_env)
 
 ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
 STALL_MS = 60_000  # a stream that stalls "forever" after its first chunk
@@ -223,7 +221,7 @@ def test_a_missing_operator_agent_refuses_to_start(tmp_path: Path) -> None:
 
 
 def gemini_command(env: GeminiEnv) -> list[str]:
-    return [str(env.gemini), "--acp", "-m", MODEL]
+    return [str(env.cli), "--acp", "-m", MODEL]
 
 
 # One process, so a signal to it reaches the worker (the named backend sets this itself).
@@ -244,7 +242,7 @@ async def test_gemini_as_the_operators_default_agent(
     picture.write_bytes(PIXEL)
     operator = {
         "AGENT_BACKEND": "acp",
-        "BACKEND_CLI_PATH": str(env.gemini),
+        "BACKEND_CLI_PATH": str(env.cli),
         "BACKEND_CLI_ARGS": shlex.join(["--acp", "-m", MODEL]),
         "BACKEND_MODEL": "",  # (the model is in the agent's arguments)
         **GEMINI_ENV,
@@ -252,7 +250,7 @@ async def test_gemini_as_the_operators_default_agent(
     async with env.server(nursery, **operator) as srv:
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "acp"]
-        assert info["available"] and info["path"] == str(env.gemini), info
+        assert info["available"] and info["path"] == str(env.cli), info
         # no modelProvider, no config: the operator's agent
         started = await srv.call(
             "thread/start", {"cwd": str(env.work), "developerInstructions": ROLE}
@@ -320,7 +318,7 @@ def opencode_config(env: OpenCodeEnv) -> dict[str, Any]:
     # OpenCode runs every tool without asking unless told to (the named backend does this
     # from the thread's approval policy).
     permission = json.dumps({"bash": "ask", "edit": "ask"})
-    return {"command": [str(env.opencode), "acp"], "env": {"OPENCODE_PERMISSION": permission}}
+    return {"command": [str(env.cli), "acp"], "env": {"OPENCODE_PERMISSION": permission}}
 
 
 def chat_script(accepted: ToolCall, declined: ToolCall) -> list[ChatRule]:
@@ -371,7 +369,7 @@ async def test_opencode_resume_after_restart(
 def qwen_config(env: QwenEnv) -> dict[str, Any]:
     # qwen starts sessions in mode `auto` (a model call approves tools): `default` asks (the
     # named backend sets the mode from the thread's approval policy).
-    return {"command": [str(env.qwen), "--acp", "--approval-mode", "default"]}
+    return {"command": [str(env.cli), "--acp", "--approval-mode", "default"]}
 
 
 async def test_qwen_text_approvals_and_interrupt(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:

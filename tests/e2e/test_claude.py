@@ -19,23 +19,21 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.claude_env import (
-    ClaudeEnv,
-    agent_text,
-    answer_by_method,
-    claude_pid,
-    cmdline,
-    items_completed,
-    items_started,
-    requests_in,
-    wait_claude_pid,
-)
+from tests.e2e.claude_env import ClaudeEnv, claude_pid, wait_claude_pid
 from tests.fakes.anthropic import HttpError, Rule, Step, Text, Thinking, ToolUse
+from tests.support.cli_env import cmdline
 from tests.support.client import (
     Message,
     ServerProcess,
     assert_items_balanced,
     notifications,
+)
+from tests.support.events import (
+    agent_text,
+    answer_by_method,
+    items_completed,
+    items_started,
+    requests_in,
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
@@ -127,7 +125,7 @@ async def test_streamed_text_thinking_and_role(
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "claude"]
         assert info["available"] is True, info
-        assert info["version"] == cli_versions()["claude"] and info["path"] == str(env.claude), info
+        assert info["version"] == cli_versions()["claude"] and info["path"] == str(env.cli), info
         tid = await srv.start_thread(env.work, modelProvider="claude", developerInstructions=ROLE)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, "first question")

@@ -21,19 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.codex_env import (
-    CodexEnv,
-    agent_text,
-    answer_by_method,
-    cmdline,
-    codex_bin,
-    codex_env,
-    codex_pids,
-    items_completed,
-    items_started,
-    requests_in,
-    sleep_pids,
-)
+from tests.e2e.codex_env import CodexEnv, codex_pids
 from tests.fakes.openai_responses import (
     ApplyPatch,
     ExecCommand,
@@ -43,18 +31,24 @@ from tests.fakes.openai_responses import (
     Step,
     Text,
 )
+from tests.support.cli_env import cmdline
 from tests.support.client import (
     Message,
     ServerProcess,
     assert_items_balanced,
     notifications,
 )
+from tests.support.events import (
+    agent_text,
+    answer_by_method,
+    items_completed,
+    items_started,
+    requests_in,
+)
 from tests.support.missing_cli import check_missing_cli
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
-# The fixtures come from codex_env.py (referenced here so they count as used).
-_FIXTURES = (codex_bin, codex_env)
 
 ROLE = "DEV-MARKER-7: you are the reviewer; answer in one line."
 EXEC = {"mode": "exec"}
@@ -132,7 +126,7 @@ async def test_app_server_streams_text_and_reasoning(
     async with env.server(nursery) as srv:
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "codex"]
-        assert info["available"] is True and info["path"] == str(env.codex), info
+        assert info["available"] is True and info["path"] == str(env.cli), info
         assert re.fullmatch(r"(codex-cli )?\d+\.\d+\.\d+", info["version"]), info
         t0 = time.monotonic()
         tid = await srv.start_thread(env.work, modelProvider="codex", developerInstructions=ROLE)
@@ -427,7 +421,7 @@ async def test_interrupt_while_a_command_runs(nursery: trio.Nursery, codex_env: 
             ),
             seen=seen,
         )
-        await env.wait_until(lambda: bool(sleep_pids(env.marker, SLEEP_S)), "sleep started")
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "sleep started")
         before = codex_pids(srv, "app-server")
         t0 = time.monotonic()
         await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
@@ -439,7 +433,7 @@ async def test_interrupt_while_a_command_runs(nursery: trio.Nursery, codex_env: 
         assert command["status"] == "failed", command
         # Codex would leave `sleep` running: threadline kills it (its sandbox's session) right
         # after the interrupt, and has seen it gone by the time the turn completes
-        assert sleep_pids(env.marker, SLEEP_S) == [], "the interrupted sleep still runs"
+        assert env.sleepers(SLEEP_S) == [], "the interrupted sleep still runs"
 
         t0 = time.monotonic()
         t, events = await turn(srv, tid, "after that")
@@ -617,7 +611,7 @@ async def test_exec_mode_interrupt_and_cancel(nursery: trio.Nursery, codex_env: 
             ),
             seen=seen,
         )
-        await env.wait_until(lambda: bool(sleep_pids(env.marker, SLEEP_S)), "sleep started")
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "sleep started")
         execs = codex_pids(srv, "exec")
         assert execs
         t0 = time.monotonic()
@@ -629,7 +623,7 @@ async def test_exec_mode_interrupt_and_cancel(nursery: trio.Nursery, codex_env: 
         [command] = items_completed(events, "commandExecution")
         assert command["status"] == "failed", command
         # the exec process group and the sleep are gone by turn/completed
-        assert sleep_pids(env.marker, SLEEP_S) == []
+        assert env.sleepers(SLEEP_S) == []
         assert not set(codex_pids(srv, "exec")) & set(execs)
 
         # 3. the thread goes on (`exec resume`): the model sees both earlier prompts

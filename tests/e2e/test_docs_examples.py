@@ -30,12 +30,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.e2e.claude_env import LOCAL_CLAUDE, ClaudeEnv, _stub_other_clis
+from tests.e2e.claude_env import ClaudeEnv
 from tests.fakes.anthropic import FakeAnthropic
+from tests.support.cli_env import private_prefixes
 from tests.support.client import ServerProcess, running_server
 from tests.support.docblocks import ROOT, Block, doc_files, extract, output_of
 from tests.support.docsession import run_session, run_transcript, session_lines
 from tests.support.schema_check import methods
+from tests.support.tools import TOOLS_BIN, TOOLS_DIR
 from threadline._tools.docs import GENERATED, HEADER
 
 pytestmark = pytest.mark.e2e
@@ -45,9 +47,6 @@ FIRST_COMMAND = (
     '.venv/bin/threadline run --backend mock "/text Hello from threadline!"'
 )
 FAKE_ANSWER = "threadline drives coding-agent CLIs over one JSON-RPC protocol (a fake answer)."
-#: The pinned CLIs (scripts/install-clis): their bin directory and the npm prefix holding it.
-TOOLS_BIN = LOCAL_CLAUDE.parent
-TOOLS_DIR = TOOLS_BIN.parents[1]
 _TIMEOUT = 120
 #: How `threadline docs` writes the ids of its captured session.
 _CAPTURED_ID = re.compile(r"00000000-0000-7000-8000-\d{12}")
@@ -55,7 +54,7 @@ _CAPTURED_ID = re.compile(r"00000000-0000-7000-8000-\d{12}")
 ATTRIBUTES = {"answers", "clone", "fake", "file", "output", "transcript", "config", "captured"}
 _SHELLS = {"sh": "sh", "bash": "bash"}
 #: Credentials and threadline settings of the developer's own shell stay out of the blocks.
-_PRIVATE = ("ANTHROPIC_", "CLAUDE", "OPENAI_", "CODEX_", "GEMINI_", "GOOGLE_", "OPENCODE_")
+_PRIVATE = private_prefixes()
 _OPERATOR = ("AGENT_BACKEND", "BACKEND_", "ALLOWED_TOOLS", "THREADLINE_HOME", "THREADLINE_LOG")
 
 FILES = {str(p.relative_to(ROOT)): extract(p) for p in doc_files()}
@@ -100,16 +99,8 @@ def _fake_claude(request: pytest.FixtureRequest, tmp: Path) -> Iterator[dict[str
     for key in list(os.environ):
         if key.startswith(_PRIVATE + _OPERATOR):
             monkeypatch.delenv(key)
-    root = tmp / "claude"
-    for name in ("threadline", "work", "cli-home"):
-        (root / name).mkdir(parents=True)
-    _stub_other_clis(root / "stub-bin")
     with FakeAnthropic(default=FAKE_ANSWER) as fake:
-        cli_home = root / "cli-home"
-        env = ClaudeEnv(
-            claude, fake, root, root / "threadline", root / "work", cli_home, cli_home / ".claude"
-        ).env()
-        yield env
+        yield ClaudeEnv(cli=claude, fake=fake, tmp=tmp / "claude").env()
 
 
 # -- processes -----------------------------------------------------------------------------------

@@ -20,20 +20,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.claude_env import (
-    agent_text,
-    answer_by_method,
-    items_completed,
-    items_started,
-    requests_in,
-)
-from tests.e2e.gemini_env import (
-    GeminiEnv,
-    acp_pids,
-    gemini_bin,
-    gemini_env,
-    headless_pids,
-)
+from tests.e2e.gemini_env import GeminiEnv, acp_pids, headless_pids
 from tests.fakes.gemini import (
     HttpError,
     RecordedRequest,
@@ -51,13 +38,18 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.events import (
+    agent_text,
+    answer_by_method,
+    items_completed,
+    items_started,
+    requests_in,
+)
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
-# The fixtures come from gemini_env.py (referenced here so they count as used).
-_FIXTURES = (gemini_bin, gemini_env)
 
 ROLE = "ROLE-MARKER-9: you are the reviewer; answer in one line."
 HEADLESS = {"mode": "headless"}

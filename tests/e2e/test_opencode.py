@@ -19,14 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.claude_env import (
-    agent_text,
-    answer_by_method,
-    items_completed,
-    items_started,
-    requests_in,
-)
-from tests.e2e.opencode_env import OpenCodeEnv, opencode_bin, opencode_env, opencode_pids
+from tests.e2e.opencode_env import OpenCodeEnv, opencode_pids
 from tests.fakes.openai_chat import (
     HttpError,
     Reasoning,
@@ -43,13 +36,18 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.events import (
+    agent_text,
+    answer_by_method,
+    items_completed,
+    items_started,
+    requests_in,
+)
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
-# The fixtures come from opencode_env.py (referenced here so they count as used).
-_FIXTURES = (opencode_bin, opencode_env)
 
 ROLE = "DEV-MARKER-9: you are the reviewer; answer in one line."
 RUN = {"mode": "run"}
@@ -155,7 +153,7 @@ async def test_acp_streams_text_and_reasoning_role_once(
     async with env.server(nursery) as srv:
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "opencode"]
-        assert info["available"] is True and info["path"] == str(env.opencode), info
+        assert info["available"] is True and info["path"] == str(env.cli), info
         assert info["version"] == cli_versions()["opencode"], info
         t0 = time.monotonic()
         tid = await srv.start_thread(env.work, modelProvider="opencode", developerInstructions=ROLE)

@@ -18,22 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.claude_env import (
-    agent_text,
-    answer_by_method,
-    items_completed,
-    items_started,
-    requests_in,
-)
-from tests.e2e.qwen_env import (
-    SLEEP_NOTE,
-    QwenEnv,
-    acp_pids,
-    qwen_bin,
-    qwen_env,
-    shell_call,
-    write_file_call,
-)
+from tests.e2e.qwen_env import SLEEP_NOTE, QwenEnv, acp_pids, shell_call, write_file_call
 from tests.fakes.openai_chat import HttpError, Reasoning, RecordedRequest, Rule, Step, Text
 from tests.support.client import (
     Message,
@@ -41,13 +26,18 @@ from tests.support.client import (
     assert_items_balanced,
     notifications,
 )
+from tests.support.events import (
+    agent_text,
+    answer_by_method,
+    items_completed,
+    items_started,
+    requests_in,
+)
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
-# The fixtures come from qwen_env.py (referenced here so they count as used).
-_FIXTURES = (qwen_bin, qwen_env)
 
 ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
 STALL_MS = 60_000  # a stream that stalls "forever" after its first delta
@@ -159,7 +149,7 @@ async def test_acp_streams_text_reasoning_role_once_and_usage(
     async with env.server(nursery) as srv:
         init = await srv.initialize()
         [info] = [b for b in init["backends"] if b["id"] == "qwen"]
-        assert info["available"] is True and info["path"] == str(env.qwen), info
+        assert info["available"] is True and info["path"] == str(env.cli), info
         assert info["version"] == cli_versions()["qwen"], info
         t0 = time.monotonic()
         tid = await srv.start_thread(env.work, modelProvider="qwen", developerInstructions=ROLE)

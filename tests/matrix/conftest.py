@@ -2,46 +2,28 @@
 built on the e2e fixtures, which start the fake model server, scrub the environment, skip a
 missing CLI (fail under CI) and check the orphan rule after the test.
 
-A test runs over `DEFAULT` unless it parametrizes `backend_name` itself (the category tests
-do, with `harness.matrix_params`: a default part and a `slow` part per backend). The outcome
+A test runs over `harness.BACKENDS` unless it parametrizes `backend_name` itself (the category
+tests do, with `harness.matrix_params`: a default part and a `slow` part per backend). The outcome
 each cell records with `harness.record()` is printed as a matrix at the end of the session
 (faults x backends)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.claude_env import claude_bin, claude_env, cmdline
-from tests.e2e.codex_env import codex_bin, codex_env
-from tests.e2e.gemini_env import gemini_bin, gemini_env
-from tests.e2e.opencode_env import opencode_bin, opencode_env
-from tests.e2e.qwen_env import qwen_bin, qwen_env
-from tests.matrix.harness import RESULTS, Harness, MockEnv, make_harness
+from tests.matrix.harness import BACKENDS, RESULTS, Harness, MockEnv, make_harness
+from tests.support.cli_env import env_fixtures
+from threadline.backends.registry import BACKEND_IDS, SPECS
 
-__all__ = [
-    "claude_bin",
-    "claude_env",
-    "codex_bin",
-    "codex_env",
-    "gemini_bin",
-    "gemini_env",
-    "opencode_bin",
-    "opencode_env",
-    "qwen_bin",
-    "qwen_env",
-]
-
-DEFAULT = ["claude", "codex", "gemini", "opencode", "qwen", "mock"]
+# Every CLI's `<id>_bin` and `<id>_env` fixture (tests/e2e/<id>_env.py).
+globals().update(env_fixtures())
 
 
-@pytest.fixture(params=DEFAULT)
+@pytest.fixture(params=BACKENDS)
 def backend_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -50,7 +32,7 @@ def backend_name(request: pytest.FixtureRequest) -> str:
 def _backend_env(backend_name: str, request: pytest.FixtureRequest) -> Any:
     """The e2e fixture of the backend (resolved by pytest-trio), or None for the mock."""
     base = backend_name.partition("-")[0]
-    if base == "mock":
+    if SPECS[base].cli is None:
         return None
     return request.getfixturevalue(f"{base}_env")
 
@@ -60,16 +42,9 @@ async def backend(backend_name: str, _backend_env: Any, tmp_path: Path) -> Async
     if _backend_env is not None:
         yield make_harness(backend_name, _backend_env, tmp_path)
         return
-    env = MockEnv(tmp=tmp_path, home=tmp_path / "home", work=tmp_path / "work")
-    env.home.mkdir()
-    env.work.mkdir()
-    harness = make_harness(backend_name, env, tmp_path)
-    yield harness
-    left = await harness.wait_no_leftovers(5)
-    for pid in left:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left behind: {[(p, cmdline(p)[:3]) for p in left]}"
+    env = MockEnv(tmp=tmp_path)
+    yield make_harness(backend_name, env, tmp_path)
+    await env.check_orphans()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -105,5 +80,4 @@ def _code(outcome: str | None) -> str:
 
 def _order(name: str) -> tuple[int, str]:
     base = name.partition("-")[0]
-    order = ["claude", "codex", "gemini", "opencode", "qwen", "mock"]
-    return (order.index(base) if base in order else 99, name)
+    return (BACKEND_IDS.index(base) if base in BACKEND_IDS else 99, name)

@@ -1,5 +1,5 @@
 """One uniform interface per backend for the fault matrix, built on the e2e fixtures
-(tests/e2e/{claude,codex,gemini,opencode,qwen}_env.py) and their fake model servers.
+(tests/e2e/<id>_env.py) and their fake model servers.
 
 A test scripts the model with backend-neutral steps (`Say`, `Shell`, `HttpFail`, `Cut`,
 `Stall`) under a tag; `Harness.prompt(tag)` is what the test sends as the turn's text. Each
@@ -9,6 +9,9 @@ Completions); the `mock` backend has no model, so its prompt *is* the script (it
 `Harness.fault_cli` puts the fault-injecting wrapper (fault_cli.py) in front of the real CLI
 for one thread (`config.cliPath`); `cli_pids` finds the CLI processes of a cwd; `leftovers`
 lists every live process of the test (by the fixture's marker variable in /proc/<pid>/environ).
+
+The backends and their modes come from the registry (`ALL_NAMES`: "claude", "claude-print",
+..., "mock"); each backend has one `Harness` subclass (its `backend`), found by `make_harness`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import trio
 
-from tests.e2e.claude_env import ClaudeEnv, marked_pids
+from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv
 from tests.e2e.gemini_env import GeminiEnv
 from tests.e2e.opencode_env import OpenCodeEnv
@@ -37,16 +40,16 @@ from tests.fakes import anthropic as fa
 from tests.fakes import gemini as fg
 from tests.fakes import openai_chat as fc
 from tests.fakes import openai_responses as fr
-from tests.support.client import (
-    Message,
-    ServerProcess,
-    assert_items_balanced,
-    descendants,
-    notifications,
-    running_server,
-)
+from tests.support.cli_env import ServerEnv, child_pids
+from tests.support.client import Message, ServerProcess, assert_items_balanced, running_server
+from tests.support.events import agent_text, items_completed, items_started, requests_in
+from threadline.backends.registry import SPECS
+from threadline.protocol import BackendCapabilities
 
 __all__ = [
+    "ALL_NAMES",
+    "BACKENDS",
+    "HARNESSES",
     "Bystander",
     "Cells",
     "Collector",
@@ -60,6 +63,7 @@ __all__ = [
     "Stall",
     "TurnResult",
     "agent_text",
+    "capabilities",
     "is_request",
     "make_harness",
     "record",
@@ -68,7 +72,6 @@ __all__ = [
 
 FAULT_CLI = Path(__file__).with_name("fault_cli.py")
 STALL_MS = 120_000  # a stream that stalls "forever" after its first delta
-MOCK_MARKER = "THREADLINE_MATRIX_MOCK"
 
 
 # -- the backend-neutral script --------------------------------------------------------------------
@@ -148,18 +151,11 @@ class TurnResult:
         return agent_text(self.events)
 
     def items(self, kind: str, item_type: str | None = None) -> list[dict[str, Any]]:
-        return [
-            e["params"]["item"]
-            for e in notifications(self.events, f"item/{kind}")
-            if item_type is None or e["params"]["item"]["type"] == item_type
-        ]
+        found = items_started if kind == "started" else items_completed
+        return found(self.events, item_type)
 
     def requests(self) -> list[Message]:
-        return [e for e in self.events if isinstance(e, dict) and "id" in e and "method" in e]
-
-
-def agent_text(events: list[Any]) -> str:
-    return "".join(e["params"]["delta"] for e in notifications(events, "item/agentMessage/delta"))
+        return requests_in(self.events)
 
 
 class Collector:
@@ -303,14 +299,6 @@ def _cwd(pid: int) -> str | None:
         return None
 
 
-def cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
-
-
 # -- the harness -----------------------------------------------------------------------------------
 
 
@@ -339,8 +327,8 @@ class Harness:
         self.tmp = tmp
         self.mode = name.partition("-")[2] or None
         self.base_params = {}
+        self.approvals = capabilities(name).approvals
         if self.mode is not None:
-            self.approvals = False
             self.long_lived = False
         self.work2 = tmp / "work2"
         self.work2.mkdir(exist_ok=True)
@@ -417,22 +405,15 @@ class Harness:
         return sum(1 for r in requests if tag is None or r.rule == tag)
 
     def leftovers(self) -> list[int]:
-        return marked_pids(self.marker)
+        return self.env.leftovers()  # type: ignore[no-any-return]
 
     async def wait_no_leftovers(self, timeout: float = 2) -> list[int]:
-        with trio.move_on_after(timeout):
-            while self.leftovers():  # noqa: ASYNC110 - polling /proc
-                await trio.sleep(0.05)
-        return self.leftovers()
+        return await self.env.wait_no_leftovers(timeout)  # type: ignore[no-any-return]
 
     def cli_pids(self, srv: ServerProcess, cwd: Path | None = None) -> list[int]:
         """The CLI processes threadline started (its direct children) working in `cwd`."""
         where = str(cwd or self.work)
-        return sorted(
-            pid
-            for pid, info in descendants(srv.pid).items()
-            if info.ppid == srv.pid and _cwd(pid) == where
-        )
+        return child_pids(srv, lambda pid: _cwd(pid) == where)
 
     async def wait_cli(
         self, srv: ServerProcess, cwd: Path | None = None, timeout: float = 30
@@ -443,20 +424,16 @@ class Harness:
         return pids[0]
 
     def sleepers(self, seconds: int) -> list[int]:
-        return [p for p in self.leftovers() if cmdline(p)[:2] == ["sleep", str(seconds)]]
+        return self.env.sleepers(seconds)  # type: ignore[no-any-return]
 
     async def wait_until(self, pred: Callable[[], bool], what: str, timeout: float = 30) -> None:
-        with trio.move_on_after(timeout):
-            while not pred():  # noqa: ASYNC110 - polling /proc or a file
-                await trio.sleep(0.02)
-            return
-        raise AssertionError(f"not within {timeout} s: {what}")
+        await self.env.wait_until(pred, what, timeout)
 
     # -- faults
 
     @property
     def real_cli(self) -> str:
-        raise NotImplementedError
+        return str(self.env.cli)
 
     def real_cli_env(self) -> dict[str, str]:
         return {}
@@ -538,19 +515,12 @@ class ClaudeHarness(Harness):
                 texts += [b["text"] for b in content or () if b.get("type") == "text"]
         return texts
 
-    @property
-    def real_cli(self) -> str:
-        return str(self.env.claude)
-
     def unreachable_env(self, url: str) -> dict[str, str]:
         # (the fixture's CLAUDE_CODE_MAX_RETRIES=0 back to the CLI's default)
         return {"ANTHROPIC_BASE_URL": url, "CLAUDE_CODE_MAX_RETRIES": "10"}
 
     def no_credentials_env(self) -> dict[str, str]:
         return {"ANTHROPIC_API_KEY": ""}  # (empty is unset for the CLI)
-
-    def leftovers(self) -> list[int]:
-        return self.env.leftovers()
 
 
 # -- Codex -----------------------------------------------------------------------------------------
@@ -617,12 +587,12 @@ class CodexHarness(Harness):
     def real_cli(self) -> str:
         from threadline.backends.codex.invocation import native_binary
 
-        return native_binary(str(self.env.codex))[0]
+        return native_binary(str(self.env.cli))[0]
 
     def real_cli_env(self) -> dict[str, str]:
         from threadline.backends.codex.invocation import native_binary
 
-        return native_binary(str(self.env.codex))[1]
+        return native_binary(str(self.env.cli))[1]
 
     def unreachable_env(self, url: str) -> dict[str, str]:
         where = self.scratch("codex")
@@ -690,10 +660,6 @@ class GeminiHarness(Harness):
                     p["text"] for p in content.get("parts") or () if isinstance(p.get("text"), str)
                 ]
         return texts
-
-    @property
-    def real_cli(self) -> str:
-        return str(self.env.gemini)
 
     def _cli_home(self, url: str) -> tuple[Path, dict[str, str]]:
         """A fresh HOME for the CLI with its default retries (the fixture allows 1 attempt)."""
@@ -763,10 +729,6 @@ class OpenCodeHarness(Harness):
                     texts += [p["text"] for p in content or () if isinstance(p.get("text"), str)]
         return texts
 
-    @property
-    def real_cli(self) -> str:
-        return str(self.env.opencode)
-
     def unreachable_env(self, url: str) -> dict[str, str]:
         return {"OPENCODE_CONFIG_CONTENT": json.dumps(fc.opencode_config(url))}
 
@@ -800,10 +762,6 @@ class QwenHarness(OpenCodeHarness):
     def _set_script(self, rules: Sequence[Rule]) -> None:
         self.env.script(*[fc.Rule(r.tag, [_qwen_step(s) for s in r.steps]) for r in rules])
 
-    @property
-    def real_cli(self) -> str:
-        return str(self.env.qwen)
-
     def _cli_home(self) -> dict[str, str]:
         """A fresh HOME for the CLI with its default retries (the fixture's OpenAI client
         makes one request per attempt)."""
@@ -825,24 +783,11 @@ class QwenHarness(OpenCodeHarness):
 # -- mock ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class MockEnv:
+@dataclass(kw_only=True)
+class MockEnv(ServerEnv):
     """What the mock backend needs of an "env": dirs, a marker, servers."""
 
-    tmp: Path
-    home: Path
-    work: Path
-    servers: list[running_server] = field(default_factory=list)
-
-    @property
-    def marker(self) -> str:
-        return f"{MOCK_MARKER}={self.tmp}"
-
-    def server(self, nursery: trio.Nursery, **extra: str) -> running_server:
-        env = {MOCK_MARKER: str(self.tmp), **extra}
-        server = running_server(nursery, self.home, env)
-        self.servers.append(server)
-        return server
+    backend = "mock"
 
 
 class MockHarness(Harness):
@@ -894,17 +839,16 @@ class MockHarness(Harness):
         return []
 
 
+def _subclasses(cls: type[Harness]) -> list[type[Harness]]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+#: Every backend's harness, by backend id.
+HARNESSES = {cls.backend: cls for cls in _subclasses(Harness)}
+
+
 def make_harness(name: str, env: Any, tmp: Path) -> Harness:
-    backend = name.partition("-")[0]
-    cls: type[Harness] = {
-        "claude": ClaudeHarness,
-        "codex": CodexHarness,
-        "gemini": GeminiHarness,
-        "opencode": OpenCodeHarness,
-        "qwen": QwenHarness,
-        "mock": MockHarness,
-    }[backend]
-    harness = cls(name, env, tmp)
+    harness = HARNESSES[name.partition("-")[0]](name, env, tmp)
     if (harness.work / ".git").exists():
         # claude_env made the work dir its own project root; the second one gets the same.
         subprocess.run(["git", "init", "-q", str(harness.work2)], check=True)
@@ -971,18 +915,21 @@ class Bystander:
 
 # -- parameters ----------------------------------------------------------------------------------
 
+#: The backends of the registry the matrix drives: those with a harness (every backend with a
+#: CLI of its own has one; the generic acp backend runs whatever command it is given).
+BACKENDS = tuple(b for b in SPECS if b in HARNESSES)
+#: Every such backend in its default mode ("claude"), then in its other modes ("claude-print").
 ALL_NAMES = (
-    "claude",
-    "codex",
-    "gemini",
-    "opencode",
-    "qwen",
-    "mock",
-    "claude-print",
-    "codex-exec",
-    "gemini-headless",
-    "opencode-run",
+    *BACKENDS,
+    *(f"{b}-{mode}" for b in BACKENDS for mode in SPECS[b].modes if mode != SPECS[b].default_mode),
 )
+
+
+def capabilities(name: str) -> BackendCapabilities:
+    """What the backend's mode named by `name` ("claude", "claude-print", ...) can do."""
+    backend, _, mode = name.partition("-")
+    spec = SPECS[backend]
+    return spec.capabilities[mode or spec.default_mode]
 
 
 def matrix_params(default: Mapping[str, Sequence[str]], names: Sequence[str] = ALL_NAMES) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.matrix.harness import Cells, Harness, HttpFail, Rule, TurnResult, run_turn
+from tests.matrix.harness import ALL_NAMES, Cells, Harness, HttpFail, Rule, TurnResult, run_turn
 from threadline.backends.registry import SPECS
 
 #: The issue's bound for a turn whose model API cannot be used.
@@ -34,17 +34,7 @@ CLOSED, DNS, NO_KEY, NO_LOGIN, REFUSED = (
     "not logged in (codex's OpenAI provider)",
     "HTTP 401, the CLI's default retries",
 )
-CLIS = (
-    "claude",
-    "codex",
-    "gemini",
-    "opencode",
-    "qwen",
-    "claude-print",
-    "codex-exec",
-    "gemini-headless",
-    "opencode-run",
-)
+CLIS = tuple(name for name in ALL_NAMES if SPECS[name.partition("-")[0]].cli)
 #: The app-server asks Codex whether it is logged in (`account/read`); exec cannot.
 CELLS = {
     name: [CLOSED, DNS, NO_KEY, REFUSED] + ([NO_LOGIN] if name == "codex" else []) for name in CLIS

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from tests.matrix.harness import (
+    ALL_NAMES,
     Bystander,
     Cells,
     Collector,
@@ -27,6 +28,7 @@ from tests.matrix.harness import (
     Say,
     Shell,
     TurnResult,
+    capabilities,
     chosen,
     is_request,
     matrix_params,
@@ -48,7 +50,8 @@ UNANSWERED, GARBAGE, RPC_ERROR, TWICE, AFTER_CANCEL, EOF = (
 )
 CASES = [UNANSWERED, GARBAGE, RPC_ERROR, TWICE, AFTER_CANCEL, EOF]
 TAGS = {case: f"ask{n}" for n, case in enumerate(CASES)}
-NAMES = ["claude", "codex", "gemini", "opencode", "qwen", "mock"]
+#: The modes that ask the client.
+NAMES = [name for name in ALL_NAMES if capabilities(name).approvals]
 DEFAULT = {
     "claude": [UNANSWERED, GARBAGE, TWICE, AFTER_CANCEL],
     "codex": CASES,

@@ -14,6 +14,7 @@ import trio
 
 from tests.matrix.harness import (
     ALL_NAMES,
+    BACKENDS,
     Bystander,
     Cells,
     Collector,
@@ -36,7 +37,7 @@ PROMPTS = {
     "1 MB": "0123456789abcdef" * 65536,
 }
 ALL = list(PROMPTS)
-DEFAULT = {name: ALL for name in ("claude", "codex", "gemini", "opencode", "qwen", "mock")} | {
+DEFAULT = {name: ALL for name in BACKENDS} | {
     "claude-print": ["starts with --help", "NUL", "1 MB"],
     "codex-exec": ALL,
 }

@@ -6,22 +6,34 @@
 
 `python -m tests.support.tools` prints one `cli npm-package pinned-version` line per CLI
 installed from npm: the pins `scripts/install-clis` reads, whose one source of truth is
-`threadline.backends.registry` (the only import: benchmarks use this module too)."""
+`threadline.backends.registry` (the only import: benchmarks use this module too).
+
+`find_cli(name)` is where every test and benchmark looks a CLI up: `TOOLS_BIN`, then PATH."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from threadline.backends.registry import SPECS
 
-__all__ = ["ROOT", "TOOLS_BIN", "TOOLS_DIR", "cli_versions", "pins"]
+__all__ = ["ROOT", "TOOLS_BIN", "TOOLS_DIR", "cli_versions", "find_cli", "pins"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TOOLS_DIR = ".tools"
 TOOLS_DIR = ROOT / (os.environ.get("THREADLINE_TOOLS_DIR") or DEFAULT_TOOLS_DIR)
 TOOLS_BIN = TOOLS_DIR / "node_modules" / ".bin"
+
+
+def find_cli(name: str) -> Path | None:
+    """The CLI `name` installed under `TOOLS_DIR` (scripts/install-clis), else on PATH."""
+    local = TOOLS_BIN / name
+    if local.is_file() and os.access(local, os.X_OK):
+        return local
+    found = shutil.which(name)
+    return Path(found) if found else None
 
 
 def pins() -> list[tuple[str, str, str]]:

@@ -366,18 +366,7 @@ def make_fake(rules: Sequence[Any], default: Any) -> FakeAnthropic:
 
 
 def prepare(run: Run) -> None:
-    cli_home = run.tmp / "cli-home"
-    cli_home.mkdir()
-    env = ClaudeEnv(
-        claude=run.binary,
-        fake=run.fake,
-        tmp=run.tmp,
-        home=run.tmp / "threadline",
-        work=run.work,
-        cli_home=cli_home,
-        config_dir=cli_home / ".claude",
-    )
-    run.env = env.env()
+    run.env = ClaudeEnv(cli=run.binary, fake=run.fake, tmp=run.tmp).env()
 
 
 RECORDER = CliRecorder(

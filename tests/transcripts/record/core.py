@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.claude_env import cmdline, marked_pids
+from tests.support.cli_env import cmdline, marked_pids
 from tests.support.tools import ROOT, TOOLS_BIN, TOOLS_DIR, pins
 
 __all__ = [

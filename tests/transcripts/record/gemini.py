@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.gemini_env import GeminiEnv
+from tests.e2e.gemini_env import age_session
 from tests.fakes.gemini import (
     MODEL,
     FakeGemini,
@@ -166,9 +166,7 @@ def load_next_minute(run: Run) -> None:
     first.prompt("remember PAPAYA")
     first.prompt("what did I ask you to remember?")
     first.finish()
-    GeminiEnv(run.binary, run.fake, run.tmp, run.tmp, run.work, Path(run.env["HOME"])).age_session(
-        session
-    )
+    age_session(Path(run.env["HOME"]), session)
     client = AcpClient(run)
     client.load_session(session)
     client.prompt("after load")
