@@ -4,6 +4,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.markers import mark_backends, register_markers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register_markers(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A marker per backend on every test that drives it (`pytest -m claude`)."""
+    mark_backends(items)
+
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:

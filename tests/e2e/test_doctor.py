@@ -63,7 +63,7 @@ def test_all_pinned_clis_found_with_versions_modes_and_capabilities(tmp_path: Pa
     done = doctor(path, "claude", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = lines_by_backend(done.stdout)
-    assert set(lines) == {*versions, "acp", "mock"}
+    assert set(lines) == set(SPECS)
     for backend, version in versions.items():
         line = lines[backend]
         assert line.startswith("ok "), line

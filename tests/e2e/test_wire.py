@@ -20,6 +20,7 @@ from tests.support.client import (
     running_server,
 )
 from tests.support.schema_check import validate_def
+from threadline.backends.registry import BACKEND_IDS
 
 pytestmark = pytest.mark.e2e
 
@@ -112,7 +113,7 @@ async def test_initialize_result_shape(nursery: trio.Nursery, home: Path) -> Non
 
     assert result["serverInfo"]["version"] == __version__
     backends = {b["id"]: b for b in result["backends"]}
-    assert {"claude", "codex", "gemini", "opencode", "mock"} <= set(backends)
+    assert set(BACKEND_IDS) <= set(backends)
     mock = backends["mock"]
     assert mock["available"] is True
     assert mock["defaultMode"] in mock["modes"]
@@ -351,7 +352,7 @@ async def test_thread_start_validation(nursery: trio.Nursery, home: Path, workdi
         err = await srv.error("thread/start", {"modelProvider": "bogus", "cwd": str(workdir)})
         assert err["code"] == -32602
         assert "bogus" in err["message"]
-        for valid in ("claude", "codex", "gemini", "opencode", "mock"):
+        for valid in BACKEND_IDS:
             assert valid in err["message"]
         a_file = workdir / "file.txt"
         a_file.write_text("x")

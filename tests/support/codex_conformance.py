@@ -46,10 +46,9 @@ from referencing.jsonschema import DRAFT7
 
 from threadline.backends.registry import SPECS
 
-from .tools import TOOLS_BIN
+from .tools import find_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL_CODEX = TOOLS_BIN / "codex"
 #: The Codex CLI version threadline is wire-compatible with: the catalog's pin.
 PINNED_VERSION = str(SPECS["codex"].pinned_version)
 BUNDLE = "codex_app_server_protocol.schemas.json"
@@ -64,14 +63,6 @@ THREADLINE_ONLY: dict[str, frozenset[str]] = {
 
 #: Error codes threadline answers with `id: null` when the request's id cannot be known.
 NULL_ID_ERROR_CODES = frozenset({-32700, -32600})
-
-
-def find_codex() -> Path | None:
-    """The pinned CLI under the repo (scripts/install-clis), else `codex` on PATH."""
-    if LOCAL_CODEX.is_file() and os.access(LOCAL_CODEX, os.X_OK):
-        return LOCAL_CODEX
-    found = shutil.which("codex")
-    return Path(found) if found else None
 
 
 def codex_version(binary: Path) -> str:
@@ -302,7 +293,7 @@ def required() -> bool:
 
 
 def _load() -> tuple[CodexChecker | None, str | None]:
-    binary = find_codex()
+    binary = find_cli("codex")
     if binary is None:
         return None, "the codex CLI is not installed (run scripts/install-clis, or put it on PATH)"
     try:

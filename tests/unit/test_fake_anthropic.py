@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -30,7 +29,7 @@ from tests.fakes.anthropic import (
     Thinking,
     ToolUse,
 )
-from tests.support.tools import TOOLS_BIN
+from tests.support.cli_env import cli_or_skip
 
 
 @pytest.fixture
@@ -290,22 +289,9 @@ def test_max_lifetime_stops_the_server() -> None:
 # --------------------------------------------------------------------------- the real CLI
 
 
-def find_claude() -> str | None:
-    for candidate in (
-        TOOLS_BIN / "claude",
-        Path("/tmp/tools-test/node_modules/.bin/claude"),
-    ):
-        if os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("claude")
-
-
 @pytest.fixture
 def claude() -> str:
-    path = find_claude()
-    if path is None:
-        pytest.skip(f"claude CLI not found ({TOOLS_BIN}, /tmp/tools-test, PATH)")
-    return path
+    return str(cli_or_skip("claude"))
 
 
 def offline_env(fake: FakeAnthropic, tmp_path: Path) -> tuple[dict[str, str], Path]:

@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import queue
-import shutil
 import socket
 import subprocess
 import threading
@@ -43,7 +41,7 @@ from tests.fakes.gemini import (
     gemini_home,
     side_answer,
 )
-from tests.support.tools import TOOLS_BIN
+from tests.support.cli_env import cli_or_skip
 
 STREAM = f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
 
@@ -494,20 +492,9 @@ def test_gemini_home_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 # --------------------------------------------------------------------------- the real CLI
 
 
-def find_gemini() -> str | None:
-    local = TOOLS_BIN / "gemini"
-    return str(local) if os.access(local, os.X_OK) else shutil.which("gemini")
-
-
 @pytest.fixture(scope="module")
 def gemini() -> str:
-    path = find_gemini()
-    if path is None:
-        message = f"gemini CLI not found ({TOOLS_BIN}, PATH)"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; CI must run the real-CLI tests", pytrace=False)
-        pytest.skip(message)
-    return path
+    return str(cli_or_skip("gemini"))
 
 
 @dataclass

@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
@@ -40,7 +38,7 @@ from tests.fakes.openai_chat import (
     opencode_env,
     write_call,
 )
-from tests.support.tools import TOOLS_BIN
+from tests.support.cli_env import cli_or_skip
 
 TITLE_SYSTEM = "You are a title generator. You output ONLY a thread title. Nothing else."
 
@@ -453,20 +451,9 @@ def test_opencode_env(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the real CLI
 
 
-def find_opencode() -> str | None:
-    local = TOOLS_BIN / "opencode"
-    return str(local) if os.access(local, os.X_OK) else shutil.which("opencode")
-
-
 @pytest.fixture(scope="module")
 def opencode() -> str:
-    path = find_opencode()
-    if path is None:
-        message = f"opencode CLI not found ({TOOLS_BIN}, PATH)"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; CI must run the real-CLI tests", pytrace=False)
-        pytest.skip(message)
-    return path
+    return str(cli_or_skip("opencode"))
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
@@ -40,7 +38,7 @@ from tests.fakes.openai_responses import (
     codex_env,
     codex_home,
 )
-from tests.support.tools import TOOLS_BIN
+from tests.support.cli_env import cli_or_skip
 
 
 @pytest.fixture
@@ -386,20 +384,9 @@ def test_codex_home_and_env(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the real CLI
 
 
-def find_codex() -> str | None:
-    local = TOOLS_BIN / "codex"
-    return str(local) if os.access(local, os.X_OK) else shutil.which("codex")
-
-
 @pytest.fixture(scope="module")
 def codex() -> str:
-    path = find_codex()
-    if path is None:
-        message = f"codex CLI not found ({TOOLS_BIN}, PATH)"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; CI must run the real-CLI tests", pytrace=False)
-        pytest.skip(message)
-    return path
+    return str(cli_or_skip("codex"))
 
 
 def run_exec(

@@ -6,13 +6,14 @@ import pytest
 
 from threadline.backends import base as b
 from threadline.backends.instances import create_backends
+from threadline.backends.registry import BACKEND_IDS
 
 
 def settings(**kw: object) -> b.SessionSettings:
     return b.SessionSettings(thread_id="t", cwd="/tmp", mode="x", **kw)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("backend_id", ["codex", "gemini", "opencode", "mock"])
+@pytest.mark.parametrize("backend_id", [b for b in BACKEND_IDS if b != "claude"])
 def test_turn_limit_and_tool_list_are_reported_where_ignored(backend_id: str) -> None:
     backend = create_backends()[backend_id]
     assert backend.unsupported_options(settings()) == []  # the defaults: nothing to warn about
