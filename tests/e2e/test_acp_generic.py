@@ -38,7 +38,13 @@ from tests.fakes.openai_chat import Step as ChatStep
 from tests.fakes.openai_chat import Text as ChatText
 from tests.fakes.openai_chat import ToolCall, bash_call
 from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
-from tests.support.events import agent_text, items_completed, items_started, requests_in
+from tests.support.events import (
+    agent_text,
+    items_completed,
+    items_started,
+    no_requests,
+    requests_in,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -58,10 +64,6 @@ def decide(decision: str) -> Callable[[Message], Any]:
         return {"decision": decision}
 
     return on_request
-
-
-def no_requests(message: Message) -> Any:
-    raise AssertionError(f"unexpected server request: {message}")
 
 
 async def turn(

@@ -31,9 +31,14 @@ from tests.support.client import (
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    is_method,
     items_completed,
     items_started,
+    no_requests,
     requests_in,
+    resolved_ids,
+    status,
+    turn,
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
@@ -47,32 +52,6 @@ SLEEPER = "touch sleeper-started.txt && sleep 30 && touch sleeper-finished.txt"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def no_requests(message: Message) -> Any:
-    raise AssertionError(f"unexpected server request: {message}")
-
-
-async def open_thread(srv: ServerProcess, env: ClaudeEnv, **params: Any) -> str:
-    await srv.initialize()
-    return await srv.start_thread(env.work, modelProvider="claude", **params)
-
-
-async def turn(
-    srv: ServerProcess,
-    tid: str,
-    text: str,
-    on_request: Callable[[Message], Any] = no_requests,
-    timeout: float = 60,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Run one turn; return (the completed turn, its events). Items must pair up."""
-    done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
-    assert_items_balanced(events)
-    return done["params"]["turn"], events
-
-
-def status(t: dict[str, Any]) -> str:
-    return str(t["status"])
 
 
 def user_texts(messages: list[dict[str, Any]]) -> list[str]:
@@ -95,18 +74,10 @@ def assistant_texts(messages: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def resolved_ids(events: list[Any]) -> list[Any]:
-    return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
-
-
 async def wait_event(
     srv: ServerProcess, seen: list[Any], pred: Callable[[Any], bool], timeout: float = 30
 ) -> Any:
     return await srv.wait_for(pred, timeout=timeout, seen=seen)
-
-
-def is_method(method: str) -> Callable[[Any], bool]:
-    return lambda e: isinstance(e, dict) and e.get("method") == method
 
 
 # -- streamed text, thinking, role injection ---------------------------------------------------
@@ -174,7 +145,7 @@ async def test_resume_after_restart(nursery: trio.Nursery, claude_env: ClaudeEnv
         Rule("which word", ["It was PAPAYA."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, developerInstructions=ROLE)
         t1, _ = await turn(srv, tid, "remember the word PAPAYA")
         assert status(t1) == "completed"
     assert await env.wait_no_leftovers() == []  # threadline took its CLI down with it
@@ -242,7 +213,7 @@ async def test_bash_approvals(nursery: trio.Nursery, claude_env: ClaudeEnv) -> N
         return on_request
 
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         pid = await wait_claude_pid(srv)
         assert pid in env.leftovers()  # (the fixture's orphan check can see the CLI)
 
@@ -329,7 +300,7 @@ async def test_write_and_edit_approvals_show_the_diff(
         ),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         on_request = answer_by_method(
             {"item/fileChange/requestApproval": lambda _m: {"decision": "accept"}}
         )
@@ -387,7 +358,7 @@ async def test_ask_user_question(nursery: trio.Nursery, claude_env: ClaudeEnv) -
         return {"answers": {q["id"]: {"answers": ["Blue"]}}}
 
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         on_request = answer_by_method({"item/tool/requestUserInput": on_input})
         t, events = await turn(srv, tid, "pick a color for me", on_request)
         assert status(t) == "completed" and agent_text(events) == "Blue it is."
@@ -425,7 +396,7 @@ async def test_interrupt_while_streaming_and_while_approval_pending(
         Rule("sleeper", [ToolUse("Bash", {"command": SLEEPER}), "Not reached."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         pid = await wait_claude_pid(srv)
         for method in ("turn/interrupt", "turn/cancel"):
             # -- while streaming
@@ -508,7 +479,7 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
         Rule("auth please", [HttpError(401, "invalid x-api-key")]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         pid = await wait_claude_pid(srv)
         for text, info, needle in (
             ("auth please", "unauthorized", "API key"),
@@ -549,7 +520,7 @@ async def test_cli_killed_mid_turn_and_while_idle(
         Rule("after the crash", ["Back again, MANGO."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         t, _ = await turn(srv, tid, "remember mango")
         assert status(t) == "completed"
         # The CLI writes its transcript ~70-100 ms *after* the `result` line; a kill -9 before
@@ -624,7 +595,7 @@ async def test_approval_policy_never_runs_without_asking(
         )
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, approvalPolicy="never")
+        tid = await env.open_thread(srv, approvalPolicy="never")
         t, events = await turn(srv, tid, "unattended work")  # any request fails the test
         assert status(t) == "completed" and agent_text(events) == "Both done."
     assert (env.work / "ran-unasked.txt").exists()
@@ -642,7 +613,7 @@ async def test_print_mode_streams_and_resumes(nursery: trio.Nursery, claude_env:
     answer = "Print mode answer: the word is KIWI."
     env.script(Rule("print one", [answer]), Rule("print two", ["Still KIWI."]))
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, config={"mode": "print"}, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, config={"mode": "print"}, developerInstructions=ROLE)
         t0 = time.monotonic()
         t, events = await turn(srv, tid, "print one: remember KIWI")
         env.timings["print mode turn 1 (spawn)"] = time.monotonic() - t0

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,16 +33,20 @@ from tests.fakes.openai_responses import (
 from tests.support.cli_env import cmdline
 from tests.support.client import (
     Message,
-    ServerProcess,
     assert_items_balanced,
     notifications,
 )
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    decide,
+    is_method,
     items_completed,
     items_started,
+    no_requests,
     requests_in,
+    resolved_ids,
+    turn,
 )
 from tests.support.missing_cli import check_missing_cli
 from threadline.backends.registry import SPECS
@@ -59,40 +62,6 @@ ASK = {"approvalPolicy": "on-request", "sandbox": "read-only"}
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def no_requests(message: Message) -> Any:
-    raise AssertionError(f"unexpected server request: {message}")
-
-
-def decide(decision: str) -> Callable[[Message], Any]:
-    return lambda _m: {"decision": decision}
-
-
-async def open_thread(srv: ServerProcess, env: CodexEnv, **params: Any) -> str:
-    await srv.initialize()
-    return await srv.start_thread(env.work, modelProvider="codex", **params)
-
-
-async def turn(
-    srv: ServerProcess,
-    tid: str,
-    text: str,
-    on_request: Callable[[Message], Any] = no_requests,
-    timeout: float = 60,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Run one turn; return (the completed turn, its events). Items must pair up."""
-    done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
-    assert_items_balanced(events)
-    return done["params"]["turn"], events
-
-
-def resolved_ids(events: list[Any]) -> list[Any]:
-    return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
-
-
-def is_method(method: str) -> Callable[[Any], bool]:
-    return lambda e: isinstance(e, dict) and e.get("method") == method
 
 
 def escalated(cmd: str) -> ExecCommand:
@@ -190,7 +159,7 @@ async def test_exec_mode_text_reasoning_and_resume(
         ),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE, config=EXEC)
+        tid = await env.open_thread(srv, developerInstructions=ROLE, config=EXEC)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, "first question")
         env.timings["exec turn 1 (spawn)"] = time.monotonic() - t0
@@ -240,7 +209,7 @@ async def test_command_approval(nursery: trio.Nursery, codex_env: CodexEnv, deci
     cmd = "printf approved > approved.txt && echo wrote-it"
     env.script(Rule("escalate", [escalated(cmd), "Finished."]), Rule("after", ["Still here."]))
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, **ASK)
+        tid = await env.open_thread(srv, **ASK)
         t, events = await turn(
             srv,
             tid,
@@ -313,7 +282,7 @@ async def test_file_change_approval(
     # Codex 0.169 answers "Failed to create parent directories".)
     env.script(Rule("add a file", [ApplyPatch("added.txt", "line one\nline two"), "Done."]))
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, **ASK)
+        tid = await env.open_thread(srv, **ASK)
         t, events = await turn(
             srv,
             tid,
@@ -360,7 +329,7 @@ async def test_interrupt_mid_stream_and_with_approval_pending(
         Rule("after", ["Back to normal."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, **ASK)
+        tid = await env.open_thread(srv, **ASK)
         # thread/start pre-warms the thread's app-server
         await env.wait_until(lambda: bool(codex_pids(srv, "app-server")), "app-server started")
         app_server = codex_pids(srv, "app-server")
@@ -412,7 +381,7 @@ async def test_interrupt_while_a_command_runs(nursery: trio.Nursery, codex_env: 
         Rule("after", ["Recovered."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, approvalPolicy="never", sandbox="workspace-write")
+        tid = await env.open_thread(srv, approvalPolicy="never", sandbox="workspace-write")
         turn_id = await srv.start_turn(tid, "run the long command")
         seen: list[Any] = []
         await srv.wait_for(
@@ -453,7 +422,7 @@ async def test_app_server_killed_while_idle(nursery: trio.Nursery, codex_env: Co
     env = codex_env
     env.script(Rule("remember", ["Noted: MANGO."]), Rule("what was", ["It was MANGO."]))
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         t, _ = await turn(srv, tid, "remember the word MANGO")
         assert t["status"] == "completed", t
         [pid] = codex_pids(srv, "app-server")
@@ -481,7 +450,7 @@ async def test_resume_after_restart(nursery: trio.Nursery, codex_env: CodexEnv, 
     )
     config = {"mode": mode}
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE, config=config)
+        tid = await env.open_thread(srv, developerInstructions=ROLE, config=config)
         t, _ = await turn(srv, tid, "remember the word PINEAPPLE")
         assert t["status"] == "completed", t
     async with env.server(nursery) as srv:
@@ -514,7 +483,7 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
         Rule("healthy", ["All good again."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, config={"mode": mode})
+        tid = await env.open_thread(srv, config={"mode": mode})
         # Both modes report what `codex app-server` itself reports (exec mode maps its texts)
         cases = [
             (
@@ -555,7 +524,7 @@ async def test_exec_mode_sandbox_follows_the_approval_policy(
     env.script(Rule("write it", [ExecCommand(cmd), "Tried."]))
     async with env.server(nursery) as srv:
         # default policy: read-only sandbox, the write fails (exec cannot ask)
-        tid = await open_thread(srv, env, config=EXEC)
+        tid = await env.open_thread(srv, config=EXEC)
         t, events = await turn(srv, tid, "write it")
         assert t["status"] == "completed", t
         assert not (env.work / "out.txt").exists()
@@ -587,7 +556,7 @@ async def test_exec_mode_interrupt_and_cancel(nursery: trio.Nursery, codex_env: 
         Rule("after", ["Recovered."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, approvalPolicy="never", config=EXEC)
+        tid = await env.open_thread(srv, approvalPolicy="never", config=EXEC)
 
         # 1. turn/interrupt while the model streams (exec shows nothing until an item is done)
         turn_id = await srv.start_turn(tid, "stall please")

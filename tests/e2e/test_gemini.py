@@ -34,16 +34,21 @@ from tests.fakes.gemini import (
 )
 from tests.support.client import (
     Message,
-    ServerProcess,
     assert_items_balanced,
     notifications,
 )
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    is_method,
     items_completed,
     items_started,
+    no_requests,
+    only_turn,
     requests_in,
+    resolved_ids,
+    status,
+    turn,
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
@@ -58,49 +63,6 @@ SLEEP_S = 300
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def no_requests(message: Message) -> Any:
-    raise AssertionError(f"unexpected server request: {message}")
-
-
-async def open_thread(srv: ServerProcess, env: GeminiEnv, **params: Any) -> str:
-    await srv.initialize()
-    return await srv.start_thread(env.work, modelProvider="gemini", **params)
-
-
-async def turn(
-    srv: ServerProcess,
-    tid: str,
-    text: str,
-    on_request: Callable[[Message], Any] = no_requests,
-    timeout: float = 60,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Run one turn; return (the completed turn, its events). Items must pair up."""
-    done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
-    assert_items_balanced(events)
-    return done["params"]["turn"], events
-
-
-def status(t: dict[str, Any]) -> str:
-    return str(t["status"])
-
-
-def resolved_ids(events: list[Any]) -> list[Any]:
-    return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
-
-
-def is_method(method: str) -> Callable[[Any], bool]:
-    return lambda e: isinstance(e, dict) and e.get("method") == method
-
-
-def only_turn(events: list[Any], turn_id: str) -> bool:
-    """Whether every turn event among `events` belongs to `turn_id`."""
-    return all(
-        e["params"].get("turnId", turn_id) == turn_id
-        for e in events
-        if isinstance(e, dict) and isinstance(e.get("params"), dict)
-    )
 
 
 def is_request(e: Any) -> bool:
@@ -224,7 +186,7 @@ async def test_acp_shell_approvals(nursery: trio.Nursery, gemini_env: GeminiEnv)
         Rule("please cancel", [shell("touch cancelled.txt"), "Not reached."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
 
         # accept: the command runs; the item shows its output
         t0 = time.monotonic()
@@ -313,7 +275,7 @@ async def test_acp_write_and_replace_approvals_show_the_diff(
         Rule("write a draft", [WriteFile("draft.txt", "x\n"), "Fine, no draft."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         on_request = answer_by_method(
             {"item/fileChange/requestApproval": lambda _m: {"decision": "accept"}}
         )
@@ -366,7 +328,7 @@ async def test_acp_interrupts(nursery: trio.Nursery, gemini_env: GeminiEnv) -> N
         ),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, developerInstructions=ROLE)
         for method in ("turn/interrupt", "turn/cancel"):
             # -- while streaming
             turn_id = await srv.start_turn(tid, f"stream something ({method})")
@@ -494,7 +456,7 @@ async def test_acp_agent_killed_mid_turn(nursery: trio.Nursery, gemini_env: Gemi
         ),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         t, _ = await turn(srv, tid, "remember mango")
         assert status(t) == "completed", t
         [pid] = acp_pids(srv)
@@ -540,7 +502,7 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
         Rule("auth please", [HttpError(401)]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, config={"mode": mode}, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, config={"mode": mode}, developerInstructions=ROLE)
         for text, info, needle in (
             ("auth please", "unauthorized", "API key not valid"),
             ("server please", "internalServerError", "the fake broke"),
@@ -598,7 +560,7 @@ async def resume_after_restart(
         Rule("which word", ["It was PAPAYA."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, developerInstructions=ROLE)
         t1, _ = await turn(srv, tid, "remember the word PAPAYA")
         assert status(t1) == "completed", t1
     assert await env.wait_no_leftovers() == []  # threadline took its agent down with it
@@ -671,7 +633,7 @@ async def test_headless_streams_resumes_and_keeps_its_cwd(
         Rule("after the restart", ["KIWI, even now."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, config=HEADLESS, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, config=HEADLESS, developerInstructions=ROLE)
         t0 = time.monotonic()
         t, events = await turn(srv, tid, "first: remember KIWI")
         env.timings["headless turn 1 (spawn)"] = time.monotonic() - t0

@@ -31,17 +31,21 @@ from tests.fakes.openai_chat import (
     write_call,
 )
 from tests.support.client import (
-    Message,
-    ServerProcess,
     assert_items_balanced,
     notifications,
 )
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    decide,
+    is_method,
     items_completed,
     items_started,
+    no_requests,
+    only_turn,
     requests_in,
+    resolved_ids,
+    turn,
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
@@ -57,49 +61,6 @@ FAST_500 = {"retry-after-ms": "0"}  # OpenCode retries 5xx: immediately, not for
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def no_requests(message: Message) -> Any:
-    raise AssertionError(f"unexpected server request: {message}")
-
-
-def decide(decision: str) -> Callable[[Message], Any]:
-    return lambda _m: {"decision": decision}
-
-
-async def open_thread(srv: ServerProcess, env: OpenCodeEnv, **params: Any) -> str:
-    await srv.initialize()
-    return await srv.start_thread(env.work, modelProvider="opencode", **params)
-
-
-async def turn(
-    srv: ServerProcess,
-    tid: str,
-    text: str,
-    on_request: Callable[[Message], Any] = no_requests,
-    timeout: float = 60,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Run one turn; return (the completed turn, its events). Items must pair up."""
-    done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
-    assert_items_balanced(events)
-    return done["params"]["turn"], events
-
-
-def resolved_ids(events: list[Any]) -> list[Any]:
-    return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
-
-
-def is_method(method: str) -> Callable[[Any], bool]:
-    return lambda e: isinstance(e, dict) and e.get("method") == method
-
-
-def only_turn(events: list[Any], turn_id: str) -> bool:
-    """Whether every turn event among `events` belongs to `turn_id`."""
-    return all(
-        e["params"].get("turnId", turn_id) == turn_id
-        for e in events
-        if isinstance(e, dict) and isinstance(e.get("params"), dict)
-    )
 
 
 def item_started(item_type: str) -> Callable[[Any], bool]:
@@ -219,7 +180,7 @@ async def test_acp_command_and_file_approvals(
         Rule("after", ["Still here."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         command_approval = "item/commandExecution/requestApproval"
         file_approval = "item/fileChange/requestApproval"
 
@@ -345,7 +306,7 @@ async def test_acp_interrupts(nursery: trio.Nursery, opencode_env: OpenCodeEnv) 
         Rule("after", ["Back to normal."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
 
         # 1. while the answer streams
         turn_id = await srv.start_turn(tid, "stall please")
@@ -421,7 +382,7 @@ async def test_acp_cancel_beside_another_threads_turn(
         Rule("long command", [bash_call(f"sleep {SLEEP_S}"), "Done."]),
     )
     async with env.server(nursery) as srv:
-        ta = await open_thread(srv, env)
+        ta = await env.open_thread(srv)
         tb = await srv.start_thread(env.work, modelProvider="opencode")
         turn_a = await srv.start_turn(ta, "long command")
         seen: list[Any] = []
@@ -467,7 +428,7 @@ async def test_acp_resume_after_restart(nursery: trio.Nursery, opencode_env: Ope
         Rule("what was", ["It was PINEAPPLE."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, developerInstructions=ROLE)
         t, _ = await turn(srv, tid, "remember the word PINEAPPLE")
         assert t["status"] == "completed", t
     session = env.thread_record(tid)["backend_session_id"]
@@ -505,7 +466,7 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
         Rule("healthy", ["All good again."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, config={"mode": mode})
+        tid = await env.open_thread(srv, config={"mode": mode})
         cases = [
             ("unauthorized", "bad fake key", "unauthorized"),
             ("server error", "fake upstream failure", "internalServerError"),
@@ -552,7 +513,7 @@ async def test_run_mode_prompt_verbatim_session_resume_and_role_once(
         Rule("third question", ["Third run answer."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE, config=RUN)
+        tid = await env.open_thread(srv, developerInstructions=ROLE, config=RUN)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, prompt)
         env.timings["run turn 1 (spawn)"] = time.monotonic() - t0
@@ -618,7 +579,7 @@ async def test_run_mode_permissions_interrupt_and_cancel(
     )
     async with env.server(nursery) as srv:
         # default policy: OpenCode is told to ask, and run mode refuses what it would ask
-        tid = await open_thread(srv, env, config=RUN)
+        tid = await env.open_thread(srv, config=RUN)
         t, events = await turn(srv, tid, "write via bash")
         assert t["status"] == "completed", t
         [command] = items_completed(events, "commandExecution")

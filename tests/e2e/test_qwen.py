@@ -22,16 +22,20 @@ from tests.e2e.qwen_env import SLEEP_NOTE, QwenEnv, acp_pids, shell_call, write_
 from tests.fakes.openai_chat import HttpError, Reasoning, RecordedRequest, Rule, Step, Text
 from tests.support.client import (
     Message,
-    ServerProcess,
     assert_items_balanced,
     notifications,
 )
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    is_method,
     items_completed,
     items_started,
+    no_requests,
+    only_turn,
     requests_in,
+    resolved_ids,
+    turn,
 )
 from tests.support.missing_cli import check_missing_cli
 from tests.support.tools import cli_versions
@@ -47,10 +51,6 @@ SLEEP_S = 300
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def no_requests(message: Message) -> Any:
-    raise AssertionError(f"unexpected server request: {message}")
-
-
 def decide(decision: str, seen: list[Message] | None = None) -> Callable[[Message], Any]:
     def on_request(message: Message) -> Any:
         assert message["method"] in (
@@ -64,43 +64,8 @@ def decide(decision: str, seen: list[Message] | None = None) -> Callable[[Messag
     return on_request
 
 
-async def open_thread(srv: ServerProcess, env: QwenEnv, **params: Any) -> str:
-    await srv.initialize()
-    return await srv.start_thread(env.work, modelProvider="qwen", **params)
-
-
-async def turn(
-    srv: ServerProcess,
-    tid: str,
-    text: str,
-    on_request: Callable[[Message], Any] = no_requests,
-    timeout: float = 60,
-) -> tuple[dict[str, Any], list[Any]]:
-    """Run one turn; return (the completed turn, its events). Items must pair up."""
-    done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
-    assert_items_balanced(events)
-    return done["params"]["turn"], events
-
-
-def resolved_ids(events: list[Any]) -> list[Any]:
-    return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
-
-
-def is_method(method: str) -> Callable[[Any], bool]:
-    return lambda e: isinstance(e, dict) and e.get("method") == method
-
-
 def is_request(e: Any) -> bool:
     return isinstance(e, dict) and "id" in e and "method" in e
-
-
-def only_turn(events: list[Any], turn_id: str) -> bool:
-    """Whether every turn event among `events` belongs to `turn_id`."""
-    return all(
-        e["params"].get("turnId", turn_id) == turn_id
-        for e in events
-        if isinstance(e, dict) and isinstance(e.get("params"), dict)
-    )
 
 
 def human_texts(request: RecordedRequest) -> list[str]:
@@ -213,7 +178,7 @@ async def test_acp_command_approvals(nursery: trio.Nursery, qwen_env: QwenEnv) -
         Rule("please cancel", [shell_call("touch cancelled.txt"), "Not reached."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
 
         # accept: the command runs; the item shows the command, its output and exit code
         t0 = time.monotonic()
@@ -286,7 +251,7 @@ async def test_acp_no_approvals_with_policy_never_and_the_thread_model(
     env = qwen_env
     env.script(Rule("make it", [shell_call("touch made.txt"), "Made it."]))
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, approvalPolicy="never", model="fake-small")
+        tid = await env.open_thread(srv, approvalPolicy="never", model="fake-small")
         t, events = await turn(srv, tid, "make it")
         assert t["status"] == "completed" and agent_text(events) == "Made it.", t
         [cmd] = items_completed(events, "commandExecution")
@@ -307,7 +272,7 @@ async def test_acp_file_write_approvals(nursery: trio.Nursery, qwen_env: QwenEnv
         Rule("write relative", [write_file_call("rel.txt", "x\n"), "That failed."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         accept = answer_by_method(
             {"item/fileChange/requestApproval": lambda _m: {"decision": "accept"}}
         )
@@ -358,7 +323,7 @@ async def test_acp_interrupts(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
         Rule("sleeper", [shell_call(f"sleep {SLEEP_S} {SLEEP_NOTE}"), "Not reached."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, developerInstructions=ROLE)
         for method in ("turn/interrupt", "turn/cancel"):
             # -- while streaming
             turn_id = await srv.start_turn(tid, f"stream something ({method})")
@@ -428,7 +393,7 @@ async def test_acp_resume_after_restart(nursery: trio.Nursery, qwen_env: QwenEnv
         Rule("which word", ["It was PAPAYA."]),
     )
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env, developerInstructions=ROLE)
+        tid = await env.open_thread(srv, developerInstructions=ROLE)
         t, _ = await turn(srv, tid, "remember the word PAPAYA")
         assert t["status"] == "completed", t
     assert await env.wait_no_leftovers() == []  # threadline took its agent down with it
@@ -477,7 +442,7 @@ async def test_http_errors_fail_the_turn_then_a_healthy_turn(
     login_fix = SPECS["qwen"].login_fix
     assert login_fix is not None
     async with env.server(nursery) as srv:
-        tid = await open_thread(srv, env)
+        tid = await env.open_thread(srv)
         t0 = time.monotonic()
         t, events = await turn(srv, tid, "auth please")
         env.timings["HTTP 401 turn"] = time.monotonic() - t0

@@ -5,33 +5,37 @@ Point the CLI at it with ``ANTHROPIC_BASE_URL=fake.url`` and any ``ANTHROPIC_API
     with FakeAnthropic(Rule("list files", [ToolUse("Bash", {"command": "ls"}), "Listed."])) as fake:
         ...  # run claude; then inspect fake.requests / fake.tool_results(1)
 
-Scripting: rules are tried in order against the text of the latest *human* user message
-(case-insensitive substring; ``<system-reminder>`` blocks stripped); the first match wins, else
-the default rule. A rule's step k answers the k-th model call since that human message (k =
-assistant messages after it), so step 0 is the first answer, step 1 the answer after the first
-tool_result, ...; the last step repeats.
+Scripting (tests/fakes/_script.py): rules match the text of the latest *human* user message
+(``<system-reminder>`` blocks stripped); a rule's step k answers the k-th model call since that
+human message, k = assistant messages after it.
 
-A step is a `Step`, or shorthand: a `str` (one text block), one block, a list of blocks, or an
-`HttpError`. Lists passed as ``steps``/``default`` are always lists of *steps*.
-
-Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
-subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
+The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeAlias, cast
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
-from ._base import FakeHandler, FakeServer
+from ._base import REDACTED, Abort, FakeHandler, Pace, RecordedBase, pieces
+from ._script import (
+    ScriptedFake,
+    ScriptRule,
+    Shorthands,
+    StepBase,
+    answer_failure,
+    scripted_step,
+)
 
 __all__ = [
+    "REDACTED",
     "Block",
     "FakeAnthropic",
     "HttpError",
@@ -47,8 +51,6 @@ __all__ = [
 
 MESSAGES_PATH = "/v1/messages"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
-REDACTED = "<redacted>"
-_SECRET_HEADERS = frozenset({"x-api-key", "authorization"})
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 # Error `type`s the real API uses for each status (the CLI maps some of them to its own texts).
@@ -123,33 +125,27 @@ class SseError:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One model answer.
+class Step(StepBase):
+    """One model answer (pacing and failures: `StepBase`).
 
-    `delay_ms` sleeps between deltas. `stall_after_first_delta_ms` sends the first delta, then
-    stalls (interrupt tests; shutdown cuts the stall short). `close_midstream` drops the
-    connection after the first delta (an incomplete chunked body, i.e. a transport error).
-    For non-streaming requests: stall delays the answer, `close_midstream` is ignored (there is
-    no first delta; and the CLI's non-streaming retry after a dropped stream then succeeds) and
-    `sse_error` becomes an HTTP 529 ``overloaded_error``.
+    `stall_after_first_delta_ms` sends the first delta, then stalls (interrupt tests; shutdown
+    cuts the stall short). For non-streaming requests: stall delays the answer,
+    `close_midstream` is ignored (there is no first delta; and the CLI's non-streaming retry
+    after a dropped stream then succeeds) and `sse_error` becomes an HTTP 529
+    ``overloaded_error``.
     """
 
     blocks: Sequence[Block] = ()
-    delay_ms: int = 0
-    chunk_size: int = 16
     stall_after_first_delta_ms: int = 0
     error: HttpError | None = None
     sse_error: SseError | None = None
-    close_midstream: bool = False
-    drop_connection: bool = False  # close without any answer (streaming or not)
     stop_reason: str | None = None  # None: "tool_use" if any ToolUse else "end_turn"
     input_tokens: int | None = None  # None: ~len(request JSON) / 4
     output_tokens: int | None = None  # None: ~len(output) / 4
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         object.__setattr__(self, "blocks", tuple(self.blocks))
-        if self.chunk_size < 1:
-            raise ValueError("chunk_size must be >= 1")
 
     @property
     def effective_stop_reason(self) -> str:
@@ -161,52 +157,13 @@ class Step:
 StepLike: TypeAlias = Step | HttpError | Text | Thinking | ToolUse | str | Sequence[Block]
 
 
-def as_step(step: StepLike) -> Step:
-    """Normalise the shorthands accepted in `Rule.steps` into a `Step`."""
-    if isinstance(step, Step):
-        return step
-    if isinstance(step, HttpError):
-        return Step(error=step)
-    if isinstance(step, str):
-        return Step([Text(step)])
-    if isinstance(step, Text | Thinking | ToolUse):
-        return Step([step])
-    return Step(step)
+#: Normalises the shorthands accepted in `Rule.steps` into a `Step`.
+as_step = Shorthands(Step, Text, (Text, Thinking, ToolUse), HttpError)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """Answer with `steps` when `match` is a (case-insensitive) substring of the latest human
-    user message; ``match=""`` matches everything."""
-
-    match: str
-    steps: Sequence[StepLike]
-    name: str | None = None  # shown in RecordedRequest.rule; defaults to `match`
-
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, str) or not self.steps:
-            raise ValueError("Rule.steps must be a non-empty list of steps")
-        object.__setattr__(self, "steps", tuple(as_step(s) for s in self.steps))
-
-    @property
-    def label(self) -> str:
-        return self.name if self.name is not None else self.match
-
-    def step(self, k: int) -> Step:
-        return as_step(self.steps[min(k, len(self.steps) - 1)])
-
-
-DEFAULT_RULE = Rule("", ["Hello from the fake Anthropic API."], name="default")
-
-
-@dataclass(frozen=True)
-class _Script:
-    rules: tuple[Rule, ...]
-    default: Rule
-
-    def pick(self, human_text: str) -> Rule:
-        lowered = human_text.lower()
-        return next((r for r in self.rules if r.match.lower() in lowered), self.default)
+class Rule(ScriptRule[Step]):
+    __doc__ = ScriptRule.__doc__
+    shorthands = as_step
 
 
 # --------------------------------------------------------------------------- conversation helpers
@@ -263,29 +220,16 @@ def _system_text(system: Any) -> str:
 
 
 @dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the fake saw it (secret header values redacted)."""
-
-    method: str
-    path: str  # with query string, e.g. "/v1/messages?beta=true"
-    headers: dict[str, str]  # lower-cased names
-    body: Any  # parsed JSON, or None
-    rule: str | None = None  # label of the rule that answered (model calls only)
-    step: int | None = None  # step index k within that rule
-
-    @property
-    def route(self) -> str:
-        return urlsplit(self.path).path
-
-    @property
-    def model(self) -> str | None:
-        return self.body.get("model") if isinstance(self.body, dict) else None
+class RecordedRequest(RecordedBase):
+    """One request as the fake saw it (secret header values redacted; `path` is e.g.
+    "/v1/messages?beta=true")."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        if not isinstance(self.body, dict):
-            return []
-        return [m for m in self.body.get("messages") or () if isinstance(m, dict)]
+        return self.body_list("messages")
+
+    def locate(self) -> tuple[str, int]:
+        return _locate(self.messages)
 
     @property
     def system_text(self) -> str:
@@ -298,11 +242,6 @@ class RecordedRequest:
         return _user_text(users[-1]) if users else ""
 
     @property
-    def human_text(self) -> str:
-        """Text of the latest human user message: what rules are matched against."""
-        return _locate(self.messages)[0]
-
-    @property
     def tool_results(self) -> list[dict[str, Any]]:
         """tool_result blocks of the latest user message."""
         users = [m for m in self.messages if m.get("role") == "user"]
@@ -312,61 +251,33 @@ class RecordedRequest:
 # --------------------------------------------------------------------------- server
 
 
-class _Abort(Exception):
-    """Stop writing this response and drop the connection."""
-
-
 class _Handler(FakeHandler):
-    # -- dispatch
+    secret_headers = frozenset({"x-api-key", "authorization"})
+    request_id_header = "request-id"
 
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    do_GET = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
-
-    def _dispatch(self) -> None:
+    def answer(self, headers: dict[str, str], body: Any) -> None:
         fake = self.server.fake
-        self.close_connection = True  # one request per connection: no keep-alive races
-        raw = self._read_body()
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {
-            k.lower(): (REDACTED if k.lower() in _SECRET_HEADERS else v)
-            for k, v in self.headers.items()
-        }
         route = urlsplit(self.path).path.rstrip("/")
         base = RecordedRequest(self.command, self.path, headers, body)
-        try:
-            if self.command != "POST" or route not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
-                fake._record(base)
-                msg = f"fake: no route for {self.command} {self.path}"
-                self._send_json(404, HttpError(404, msg).body)
-            elif not isinstance(body, dict):
-                fake._record(base)
-                self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-            elif route == COUNT_TOKENS_PATH:
-                fake._record(base)
-                self._send_json(200, {"input_tokens": _estimate_input_tokens(body)})
-            else:
-                self._messages(base, body)
-        except _Abort:
-            self._drop()
+        if self.command != "POST" or route not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
+            fake._record(base)
+            msg = f"fake: no route for {self.command} {self.path}"
+            self._send_json(404, HttpError(404, msg).body)
+        elif not isinstance(body, dict):
+            fake._record(base)
+            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
+        elif route == COUNT_TOKENS_PATH:
+            fake._record(base)
+            self._send_json(200, {"input_tokens": _estimate_input_tokens(body)})
+        else:
+            self._messages(base, body)
 
     def _messages(self, base: RecordedRequest, body: dict[str, Any]) -> None:
-        fake = self.server.fake
-        human_text, k = _locate(base.messages)
-        rule = fake._current_script().pick(human_text)
-        step = rule.step(k)
-        fake._record(replace(base, rule=rule.label, step=k))
-        if step.drop_connection:
-            raise _Abort
-        if step.error is not None:
-            extra = dict(step.error.headers)
-            if step.error.should_retry is not None:
-                extra["x-should-retry"] = "true" if step.error.should_retry else "false"
-            self._send_json(step.error.status, step.error.body, extra)
+        step: Step = scripted_step(self, base)
+        extra = dict(step.error.headers) if step.error is not None else {}
+        if step.error is not None and step.error.should_retry is not None:
+            extra["x-should-retry"] = "true" if step.error.should_retry else "false"
+        if answer_failure(self, step, extra):
             return
         msg_id = f"msg_fake{uuid.uuid4().hex[:20]}"
         model = str(body.get("model") or "claude-fake")
@@ -386,7 +297,7 @@ class _Handler(FakeHandler):
         self, step: Step, blocks: list[Block], msg_id: str, model: str, usage: dict[str, int]
     ) -> None:
         if step.stall_after_first_delta_ms and not self._pause(step.stall_after_first_delta_ms):
-            raise _Abort
+            raise Abort
         if step.sse_error is not None:
             err = HttpError(529, step.sse_error.message, step.sse_error.error_type)
             self._send_json(529, err.body)
@@ -405,32 +316,6 @@ class _Handler(FakeHandler):
             },
         )
 
-    # -- I/O helpers
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(parts)
-        return self.rfile.read(int(self.headers.get("content-length") or 0))
-
-    def _send_json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", f"req_fake{uuid.uuid4().hex[:20]}")
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.send_header("connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
 
 class _Stream:
     """Writes one SSE response (chunked transfer encoding)."""
@@ -446,17 +331,13 @@ class _Stream:
     ) -> None:
         self.h, self.step, self.blocks = handler, step, blocks
         self.msg_id, self.model, self.usage = msg_id, model, usage
-        self.deltas_sent = 0
+        self.pace = Pace(
+            handler, step.delay_ms, step.close_midstream, step.stall_after_first_delta_ms
+        )
 
     def run(self) -> None:
         h, step = self.h, self.step
-        h.send_response(200)
-        h.send_header("content-type", "text/event-stream; charset=utf-8")
-        h.send_header("cache-control", "no-cache")
-        h.send_header("request-id", f"req_fake{uuid.uuid4().hex[:20]}")
-        h.send_header("transfer-encoding", "chunked")
-        h.send_header("connection", "close")
-        h.end_headers()
+        h._start_stream()
         start_usage = {**self.usage, "output_tokens": 1}
         self.event(
             "message_start",
@@ -492,7 +373,7 @@ class _Stream:
                 },
             )
             self.event("message_stop", {"type": "message_stop"})
-        h.wfile.write(b"0\r\n\r\n")
+        h._end_stream()
 
     def block(self, index: int, block: Block) -> None:
         start: dict[str, Any]
@@ -515,31 +396,15 @@ class _Stream:
             {"type": "content_block_start", "index": index, "content_block": start},
         )
         for delta in deltas:
-            if self.deltas_sent and not self.h._pause(self.step.delay_ms):
-                raise _Abort
-            self.event(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": delta},
-            )
-            self.deltas_sent += 1
-            if self.deltas_sent == 1:
-                self.after_first_delta()
+            payload = {"type": "content_block_delta", "index": index, "delta": delta}
+            self.pace.send(functools.partial(self.event, "content_block_delta", payload))
         self.event("content_block_stop", {"type": "content_block_stop", "index": index})
 
-    def after_first_delta(self) -> None:
-        if self.step.close_midstream:
-            raise _Abort
-        stall = self.step.stall_after_first_delta_ms
-        if stall and not self.h._pause(stall):
-            raise _Abort
-
     def chunks(self, text: str) -> Iterator[str]:
-        size = self.step.chunk_size
-        return (text[i : i + size] for i in range(0, len(text), size))
+        return pieces(text, self.step.chunk_size)
 
     def event(self, name: str, payload: dict[str, Any]) -> None:
-        data = f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
-        self.h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.h._write_chunk(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
 
 
 def _with_id(block: Block) -> Block:
@@ -569,37 +434,17 @@ def _estimate_output_tokens(blocks: Sequence[Block]) -> int:
 # --------------------------------------------------------------------------- public facade
 
 
-class FakeAnthropic(FakeServer):
+class FakeAnthropic(ScriptedFake[Rule, RecordedRequest]):
     """The fake server. Start with `start()` or ``with``; `url` goes into ANTHROPIC_BASE_URL.
 
     Accessors taking `i` index the model calls (`model_requests`, POST /v1/messages only);
     `requests` has everything (count_tokens, 404s, ...) in arrival order.
     """
 
-    def __init__(
-        self,
-        *rules: Rule,
-        default: Rule | Sequence[StepLike] | StepLike | None = None,
-        max_lifetime: float = 15 * 60,
-    ) -> None:
-        super().__init__(_Handler, _make_script(rules, default), max_lifetime, "fake-anthropic")
-
-    # -- scripting
-
-    def set_script(
-        self, *rules: Rule, default: Rule | Sequence[StepLike] | StepLike | None = None
-    ) -> None:
-        """Replace the whole script (thread-safe; requests in flight keep their old step)."""
-        script = _make_script(rules, default)
-        with self._lock:
-            self._script = script
-
-    # -- inspection
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+    rule_type = Rule
+    default_answer = "Hello from the fake Anthropic API."
+    handler_type = _Handler
+    label = "fake-anthropic"
 
     @property
     def model_requests(self) -> list[RecordedRequest]:
@@ -622,25 +467,7 @@ class FakeAnthropic(FakeServer):
     ) -> list[RecordedRequest]:
         """Block until `n` requests to `route` (None: any) arrived; return them."""
 
-        def matching() -> list[RecordedRequest]:
-            return [r for r in self._requests if route is None or r.route == route]
+        def match(r: RecordedRequest) -> bool:
+            return route is None or r.route == route
 
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(matching()) >= n, timeout):
-                seen = [f"{r.method} {r.path}" for r in self._requests]
-                raise TimeoutError(f"expected {n} requests to {route} within {timeout}s: {seen}")
-            return matching()
-
-
-def _make_script(
-    rules: Sequence[Rule], default: Rule | Sequence[StepLike] | StepLike | None
-) -> _Script:
-    if default is None:
-        rule = DEFAULT_RULE
-    elif isinstance(default, Rule):
-        rule = default
-    elif isinstance(default, list | tuple):
-        rule = Rule("", default, name="default")
-    else:
-        rule = Rule("", [cast(StepLike, default)], name="default")
-    return _Script(tuple(rules), rule)
+        return self._wait_for(n, timeout, match, f"requests to {route}")

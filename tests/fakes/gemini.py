@@ -18,24 +18,18 @@ correction, ...); they get a fixed, harmless answer from `side_answer` and never
 or see the script. ``:countTokens``, ``GET /v1beta/models[/{model}]`` are served too;
 anything else gets Google's 404 ``NOT_FOUND`` error body.
 
-Scripting: rules are tried in order against the text of the latest *human* user content
-(case-insensitive substring). The CLI's own parts (``<session_context>``, ``<hook_context>``,
-the ``Please continue.`` continuation) are not human text, nor is a content carrying
-``functionResponse`` parts. The first matching rule wins, else the default rule. A rule's
-step k answers the k-th model call since that human content, where k is the number of
-function-response contents after it: step 0 is the first answer, step 1 the answer after the
-first tool round, ...; the last step repeats. A retry re-sends the same contents, so it gets
-the same step (an `HttpError` step fails every attempt).
+Scripting (tests/fakes/_script.py): rules match the text of the latest *human* user content.
+The CLI's own parts (``<session_context>``, ``<hook_context>``, the ``Please continue.``
+continuation) are not human text, nor is a content carrying ``functionResponse`` parts. A
+rule's step k answers the k-th model call since that human content, where k is the number of
+function-response contents after it. An `HttpError` step fails every attempt.
 
-A step is a `Step`, or shorthand: a `str` (one text part), one block, a list of blocks, or an
-`HttpError`. Lists passed as ``steps``/``default`` are always lists of *steps*.
-
-Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
-subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
+The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -48,9 +42,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias, cast
-from urllib.parse import urlsplit
 
-from ._base import FakeHandler, FakeServer
+from ._base import REDACTED, FakeHandler, Pace, RecordedBase, pieces
+from ._script import (
+    ScriptedFake,
+    ScriptRule,
+    Shorthands,
+    StepBase,
+    answer_failure,
+    scripted_step,
+)
 
 __all__ = [
     "API_KEY",
@@ -76,8 +77,6 @@ __all__ = [
 
 MODEL = "gemini-2.5-flash"  # a known model: pass it with -m so the CLI skips its router call
 API_KEY = "fake-gemini-key"
-REDACTED = "<redacted>"
-_SECRET_HEADERS = frozenset({"x-goog-api-key", "authorization"})
 _MODEL_ROUTE = re.compile(r"^/(v1beta|v1alpha|v1)/models/([^/:]+):([A-Za-z]+)$")
 _MODELS_ROUTE = re.compile(r"^/(v1beta|v1alpha|v1)/models(?:/([^/:]+))?$")
 # Text parts the CLI writes itself (it skips the same prefixes when rebuilding history).
@@ -226,87 +225,41 @@ class HttpError:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One model answer.
+class Step(StepBase):
+    """One model answer (pacing and failures: `StepBase`; an SSE event is a delta here).
 
     Text parts are split into `chunk_size`-character SSE events; thoughts and function calls
     take one event each; the last event carries `finish_reason` and ``usageMetadata``.
-    `delay_ms` sleeps between events. `stall_after_first_chunk_ms` sends the first event, then
-    stalls (interrupt tests; a client hang-up or the fake's shutdown cuts it short).
-    `close_midstream` drops the connection after the first event (a transport error);
-    `drop_connection` closes without any answer. ``finish_reason=None`` ends the stream
+    `stall_after_first_chunk_ms` sends the first event, then stalls (interrupt tests; a client
+    hang-up or the fake's shutdown cuts it short). ``finish_reason=None`` ends the stream
     cleanly without one. CLI 0.61.0 treats both cut-short streams alike: an `error` event
     "Model stream ended without a finish reason.", an error `result`, exit code 0; with
     ``maxAttempts`` > 1 it first retries, re-emitting the text already streamed as new deltas.
     """
 
     parts: Sequence[Block | str] = ()  # a str is a Text
-    delay_ms: int = 0
-    chunk_size: int = 16
     stall_after_first_chunk_ms: int = 0
     error: HttpError | None = None
-    close_midstream: bool = False
-    drop_connection: bool = False
     finish_reason: str | None = "STOP"  # Gemini says STOP after function calls too
     prompt_tokens: int | None = None  # None: ~len(request JSON) / 4
     output_tokens: int | None = None  # None: ~len(text and calls) / 4
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         parts = tuple(Text(p) if isinstance(p, str) else p for p in self.parts)
         object.__setattr__(self, "parts", parts)
-        if self.chunk_size < 1:
-            raise ValueError("chunk_size must be >= 1")
 
 
 StepLike: TypeAlias = Step | HttpError | Block | str | Sequence[Block | str]
 
 
-def as_step(step: StepLike) -> Step:
-    """Normalise the shorthands accepted in `Rule.steps` into a `Step`."""
-    if isinstance(step, Step):
-        return step
-    if isinstance(step, HttpError):
-        return Step(error=step)
-    if isinstance(step, str):
-        return Step([Text(step)])
-    if isinstance(step, _BLOCK_TYPES):
-        return Step([step])
-    return Step(step)
+#: Normalises the shorthands accepted in `Rule.steps` into a `Step`.
+as_step = Shorthands(Step, Text, _BLOCK_TYPES, HttpError)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """Answer with `steps` when `match` is a (case-insensitive) substring of the latest human
-    user text; ``match=""`` matches everything."""
-
-    match: str
-    steps: Sequence[StepLike]
-    name: str | None = None  # shown in RecordedRequest.rule; defaults to `match`
-
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, str) or not self.steps:
-            raise ValueError("Rule.steps must be a non-empty list of steps")
-        object.__setattr__(self, "steps", tuple(as_step(s) for s in self.steps))
-
-    @property
-    def label(self) -> str:
-        return self.name if self.name is not None else self.match
-
-    def step(self, k: int) -> Step:
-        return as_step(self.steps[min(k, len(self.steps) - 1)])
-
-
-DEFAULT_RULE = Rule("", ["Hello from the fake Gemini API."], name="default")
-
-
-@dataclass(frozen=True)
-class _Script:
-    rules: tuple[Rule, ...]
-    default: Rule
-
-    def pick(self, human_text: str) -> Rule:
-        lowered = human_text.lower()
-        return next((r for r in self.rules if r.match.lower() in lowered), self.default)
+class Rule(ScriptRule[Step]):
+    __doc__ = ScriptRule.__doc__
+    shorthands = as_step
 
 
 # --------------------------------------------------------------------------- conversation helpers
@@ -398,20 +351,11 @@ def side_answer(body: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the fake saw it (secret header and query values redacted)."""
+class RecordedRequest(RecordedBase):
+    """One request as the fake saw it (secret header and query values redacted; `path` is
+    e.g. "/v1beta/models/m:streamGenerateContent?alt=sse")."""
 
-    method: str
-    path: str  # with query string, e.g. "/v1beta/models/m:streamGenerateContent?alt=sse"
-    headers: dict[str, str]  # lower-cased names
-    body: Any  # parsed JSON, or None
     kind: str = "other"  # "model" | "side" | "count_tokens" | "models" | "other"
-    rule: str | None = None  # label of the rule that answered (model calls only)
-    step: int | None = None  # step index k within that rule
-
-    @property
-    def route(self) -> str:
-        return urlsplit(self.path).path
 
     @property
     def model(self) -> str | None:
@@ -428,9 +372,10 @@ class RecordedRequest:
     @property
     def contents(self) -> list[dict[str, Any]]:
         """The whole conversation (the CLI re-sends it on every call)."""
-        if not isinstance(self.body, dict):
-            return []
-        return [c for c in self.body.get("contents") or () if isinstance(c, dict)]
+        return self.body_list("contents")
+
+    def locate(self) -> tuple[str, int]:
+        return _locate(self.contents)
 
     @property
     def system_text(self) -> str:
@@ -463,11 +408,6 @@ class RecordedRequest:
         return [t for c in self.contents if c.get("role", "user") == "user" for t in _texts(c)]
 
     @property
-    def human_text(self) -> str:
-        """Text of the latest human user content: what rules are matched against."""
-        return _locate(self.contents)[0]
-
-    @property
     def function_responses(self) -> list[dict[str, Any]]:
         """``functionResponse`` values (``{id, name, response}``) of the whole conversation,
         oldest first."""
@@ -493,62 +433,44 @@ class RecordedRequest:
 # --------------------------------------------------------------------------- server
 
 
-class _Abort(Exception):
-    """Stop writing this response and drop the connection."""
-
-
 def _redact_path(path: str) -> str:
     # The SDK sends the key as a header, but the API also accepts ?key=...; never record it.
     return re.sub(r"([?&]key=)[^&]*", rf"\g<1>{REDACTED}", path)
 
 
 class _Handler(FakeHandler):
-    def do_POST(self) -> None:
-        self._dispatch()
+    secret_headers = frozenset({"x-goog-api-key", "authorization"})
+    request_id_header = None
+    json_type = "application/json; charset=UTF-8"
 
-    do_GET = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
-
-    def _dispatch(self) -> None:
+    def answer(self, headers: dict[str, str], body: Any) -> None:
         fake = self.server.fake
-        self.close_connection = True  # one request per connection: no keep-alive races
-        raw = self._read_body()
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {
-            k.lower(): (REDACTED if k.lower() in _SECRET_HEADERS else v)
-            for k, v in self.headers.items()
-        }
         base = RecordedRequest(self.command, _redact_path(self.path), headers, body)
         route = base.route.rstrip("/")
         call, listing = _MODEL_ROUTE.match(route), _MODELS_ROUTE.match(route)
         rpc = call.group(3) if call else None
-        try:
-            if self.command == "GET" and listing:
-                fake._record(replace(base, kind="models"))
-                self._send_json(200, _models_payload(listing.group(2)))
-            elif self.command != "POST" or rpc not in (
-                "streamGenerateContent",
-                "generateContent",
-                "countTokens",
-            ):
-                fake._record(base)
-                msg = f"fake: no route for {self.command} {base.path}"
-                self._send_json(404, HttpError(404, msg).body)
-            elif not isinstance(body, dict):
-                fake._record(base)
-                self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-            elif rpc == "countTokens":
-                fake._record(replace(base, kind="count_tokens"))
-                self._send_json(200, {"totalTokens": _estimate_prompt_tokens(body)})
-            elif rpc == "generateContent":
-                fake._record(replace(base, kind="side"))
-                self._side(base, body)
-            else:
-                self._model(base, body)
-        except _Abort:
-            self._drop()
+        if self.command == "GET" and listing:
+            fake._record(replace(base, kind="models"))
+            self._send_json(200, _models_payload(listing.group(2)))
+        elif self.command != "POST" or rpc not in (
+            "streamGenerateContent",
+            "generateContent",
+            "countTokens",
+        ):
+            fake._record(base)
+            msg = f"fake: no route for {self.command} {base.path}"
+            self._send_json(404, HttpError(404, msg).body)
+        elif not isinstance(body, dict):
+            fake._record(base)
+            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
+        elif rpc == "countTokens":
+            fake._record(replace(base, kind="count_tokens"))
+            self._send_json(200, {"totalTokens": _estimate_prompt_tokens(body)})
+        elif rpc == "generateContent":
+            fake._record(replace(base, kind="side"))
+            self._side(base, body)
+        else:
+            self._model(base, body)
 
     def _side(self, base: RecordedRequest, body: dict[str, Any]) -> None:
         text = side_answer(body)
@@ -570,42 +492,10 @@ class _Handler(FakeHandler):
         )
 
     def _model(self, base: RecordedRequest, body: dict[str, Any]) -> None:
-        fake = self.server.fake
-        human_text, k = _locate(base.contents)
-        rule = fake._current_script().pick(human_text)
-        step = rule.step(k)
-        fake._record(replace(base, kind="model", rule=rule.label, step=k))
-        if step.drop_connection:
-            raise _Abort
-        if step.error is not None:
-            self._send_json(step.error.status, step.error.body, step.error.headers)
+        step: Step = scripted_step(self, base, kind="model")
+        if answer_failure(self, step):
             return
         _Stream(self, step, body, base.model or MODEL).run()
-
-    # -- I/O helpers
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(parts)
-        return self.rfile.read(int(self.headers.get("content-length") or 0))
-
-    def _send_json(self, status: int, payload: Any, extra: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json; charset=UTF-8")
-        self.send_header("content-length", str(len(data)))
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.send_header("connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
 
     def _pause(self, ms: int) -> bool:
         """Sleep `ms`; False if the fake shuts down or the client hangs up meanwhile, so an
@@ -696,16 +586,10 @@ class _Stream:
 
     def run(self) -> None:
         h, step = self.h, self.step
-        h.send_response(200)
-        h.send_header("content-type", "text/event-stream")
-        h.send_header("cache-control", "no-cache")
-        h.send_header("transfer-encoding", "chunked")
-        h.send_header("connection", "close")
-        h.end_headers()
+        h._start_stream("text/event-stream")
+        pace = Pace(h, step.delay_ms, step.close_midstream, step.stall_after_first_chunk_ms)
         events = self.events or [[]]  # an empty answer is still one (final) event
         for n, parts in enumerate(events):
-            if n and not h._pause(step.delay_ms):
-                raise _Abort
             last = n == len(events) - 1
             candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
             chunk: dict[str, Any] = {"candidates": [candidate]}
@@ -715,28 +599,20 @@ class _Stream:
                 chunk["usageMetadata"] = self.usage
             chunk["modelVersion"] = self.model
             chunk["responseId"] = self.response_id
-            self.event(chunk)
-            if n == 0:
-                if step.close_midstream and not last:
-                    raise _Abort
-                stall = step.stall_after_first_chunk_ms
-                if stall and not last and not h._pause(stall):
-                    raise _Abort
-        h.wfile.write(b"0\r\n\r\n")
+            pace.send(functools.partial(self.event, chunk), last=last)
+        h._end_stream()
 
     def chunks(self, text: str) -> Iterator[str]:
-        size = self.step.chunk_size
-        return (text[i : i + size] for i in range(0, len(text), size))
+        return pieces(text, self.step.chunk_size)
 
     def event(self, payload: dict[str, Any]) -> None:
-        data = f"data: {json.dumps(payload)}\r\n\r\n".encode()
-        self.h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.h._write_chunk(f"data: {json.dumps(payload)}\r\n\r\n".encode())
 
 
 # --------------------------------------------------------------------------- public facade
 
 
-class FakeGemini(FakeServer):
+class FakeGemini(ScriptedFake[Rule, RecordedRequest]):
     """The fake server. Start with `start()` or ``with``; `url` goes into
     ``GOOGLE_GEMINI_BASE_URL`` (the SDK appends ``/v1beta/...``).
 
@@ -745,30 +621,10 @@ class FakeGemini(FakeServer):
     order.
     """
 
-    def __init__(
-        self,
-        *rules: Rule,
-        default: Rule | Sequence[StepLike] | StepLike | None = None,
-        max_lifetime: float = 15 * 60,
-    ) -> None:
-        super().__init__(_Handler, _make_script(rules, default), max_lifetime, "fake-gemini")
-
-    # -- scripting
-
-    def set_script(
-        self, *rules: Rule, default: Rule | Sequence[StepLike] | StepLike | None = None
-    ) -> None:
-        """Replace the whole script (thread-safe; requests in flight keep their old step)."""
-        script = _make_script(rules, default)
-        with self._lock:
-            self._script = script
-
-    # -- inspection
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+    rule_type = Rule
+    default_answer = "Hello from the fake Gemini API."
+    handler_type = _Handler
+    label = "fake-gemini"
 
     @property
     def model_requests(self) -> list[RecordedRequest]:
@@ -798,28 +654,10 @@ class FakeGemini(FakeServer):
     ) -> list[RecordedRequest]:
         """Block until `n` requests of `kind` (None: any) arrived; return them."""
 
-        def matching() -> list[RecordedRequest]:
-            return [r for r in self._requests if kind is None or r.kind == kind]
+        def match(r: RecordedRequest) -> bool:
+            return kind is None or r.kind == kind
 
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(matching()) >= n, timeout):
-                seen = [f"{r.method} {r.path}" for r in self._requests]
-                raise TimeoutError(f"expected {n} {kind} requests within {timeout}s: {seen}")
-            return matching()
-
-
-def _make_script(
-    rules: Sequence[Rule], default: Rule | Sequence[StepLike] | StepLike | None
-) -> _Script:
-    if default is None:
-        rule = DEFAULT_RULE
-    elif isinstance(default, Rule):
-        rule = default
-    elif isinstance(default, list | tuple):
-        rule = Rule("", default, name="default")
-    else:
-        rule = Rule("", [cast(StepLike, default)], name="default")
-    return _Script(tuple(rules), rule)
+        return self._wait_for(n, timeout, match, f"{kind} requests")
 
 
 # --------------------------------------------------------------------------- Gemini CLI set-up

@@ -9,12 +9,10 @@ the binary); `opencode_env` builds the whole environment for that::
                        ...)
         fake.tool_results(1)  # what OpenCode sent back after running the command
 
-Scripting: rules are tried in order against the text of the latest *human* user message
-(case-insensitive substring; ``<system-reminder>`` blocks stripped; system messages and
-``role: "tool"`` results never count). The first matching rule wins, else the default rule. A
-rule's step k answers the k-th model call since that human message (k = assistant messages after
-it): step 0 is the first answer, step 1 the answer after the first round of tool results, ...;
-the last step repeats. A retry re-sends the same messages, so it gets the same step.
+Scripting (tests/fakes/_script.py): rules match the text of the latest *human* user message
+(``<system-reminder>`` blocks stripped; system messages and ``role: "tool"`` results never
+count); a rule's step k answers the k-th model call since that human message, k = assistant
+messages after it.
 
 Side calls: besides the agent loop OpenCode calls the model for a session title (observed with
 1.18.33: once per new session, not on ``--session`` continuations, in parallel with the first
@@ -24,15 +22,12 @@ They are recognised by their system prompt (`SIDE_CALLS`), answered from ``side_
 fixed title/summary by default; the title answer becomes the session title), never consume
 scripted steps, and are kept out of `model_requests` (see `side_requests`).
 
-A step is a `Step`, or shorthand: a `str` (one text message), one block, a list of blocks, or an
-`HttpError`. Lists passed as ``steps``/``default`` are always lists of *steps*.
-
-Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
-subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
+The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -45,7 +40,16 @@ from pathlib import Path
 from typing import Any, TypeAlias, cast
 from urllib.parse import urlsplit
 
-from ._base import FakeHandler, FakeServer
+from ._base import REDACTED, Abort, FakeHandler, Pace, RecordedBase, pieces
+from ._openai import HttpError, content_text, v1_url
+from ._script import (
+    ScriptedFake,
+    ScriptRule,
+    Shorthands,
+    StepBase,
+    answer_failure,
+    scripted_step,
+)
 
 __all__ = [
     "API_KEY",
@@ -76,13 +80,11 @@ __all__ = [
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
-REDACTED = "<redacted>"
 PROVIDER = "fake"  # the provider id in OpenCode's config: models are "fake/<model>"
 MODEL = "fake-model"
 SMALL_MODEL = "fake-small"  # OpenCode's `small_model`: what title generation uses
 API_KEY = "sk-fake-opencode"
 OPENCODE_VERSION = "1.18.33"  # for the plugin pre-seed in `opencode_env`
-_SECRET_HEADERS = frozenset({"authorization", "api-key", "openai-api-key", "x-api-key"})
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 # Side calls by a marker in their system prompt (OpenCode 1.18.33's hidden agents `title`,
@@ -92,16 +94,6 @@ SIDE_CALLS: Mapping[str, str] = {
     "summary": "Summarize what was done in this conversation",
     "compaction": "You are a context summarization agent",
 }
-
-# Error `type`/`code` the real API sends for some statuses (the rest send a null code).
-_ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
-
-
-def _error_type(status: int) -> str:
-    if status == 429:
-        return "requests"
-    return "invalid_request_error" if status < 500 else "server_error"
-
 
 # --------------------------------------------------------------------------- script types
 
@@ -182,32 +174,6 @@ Block: TypeAlias = Text | Reasoning | ToolCall
 
 
 @dataclass(frozen=True)
-class HttpError:
-    """Answer with an HTTP error and the API's error body (``{"error": {...}}``).
-
-    OpenCode retries retryable errors (5xx, 429, ...) up to 5 times with backoff starting at 2 s
-    (~70 s in all) unless the response carries ``retry-after-ms``/``retry-after``: pass
-    ``headers={"retry-after-ms": "0"}`` to make the retries immediate."""
-
-    status: int
-    message: str = "fake error"
-    error_type: str | None = None  # None: the API's type for `status`
-    code: str | None = None  # None: the API's code for `status` (may stay null)
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type or _error_type(self.status),
-                "param": None,
-                "code": self.code if self.code is not None else _ERROR_CODES.get(self.status),
-            }
-        }
-
-
-@dataclass(frozen=True)
 class StreamError:
     """A ``data: {"error": {...}}`` chunk after `after_blocks` complete blocks, then the stream
     ends (no finish chunk, no ``[DONE]``), as when an upstream fails mid-answer. OpenCode
@@ -221,36 +187,28 @@ class StreamError:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One model answer.
+class Step(StepBase):
+    """One model answer (pacing and failures: `StepBase`).
 
-    `delay_ms` sleeps between deltas. `stall_after_first_delta_ms` sends the first delta, then
-    stalls (interrupt tests; shutdown cuts the stall short). `close_midstream` drops the
-    connection after the first delta (an incomplete chunked body: a transport error, which
-    OpenCode retries for ~70 s before "Cannot connect to API: The socket connection was closed
-    unexpectedly");
-    `drop_connection` closes without any answer; `omit_done` ends the body cleanly without
-    ``data: [DONE]``. For non-streaming requests the stall delays the whole answer,
-    `close_midstream` drops it and `stream_error` becomes an HTTP 500.
+    `stall_after_first_delta_ms` sends the first delta, then stalls (interrupt tests; shutdown
+    cuts the stall short). OpenCode retries a `close_midstream` for ~70 s before "Cannot
+    connect to API: The socket connection was closed unexpectedly". `omit_done` ends the body
+    cleanly without ``data: [DONE]``. For non-streaming requests the stall delays the whole
+    answer, `close_midstream` drops it and `stream_error` becomes an HTTP 500.
     """
 
     blocks: Sequence[Block] = ()
-    delay_ms: int = 0
-    chunk_size: int = 16
     stall_after_first_delta_ms: int = 0
     error: HttpError | None = None
     stream_error: StreamError | None = None
-    close_midstream: bool = False
-    drop_connection: bool = False
     omit_done: bool = False
     finish_reason: str | None = None  # None: "tool_calls" if any ToolCall else "stop"
     prompt_tokens: int | None = None  # None: ~len(request JSON) / 4
     completion_tokens: int | None = None  # None: ~len(output) / 4
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         object.__setattr__(self, "blocks", tuple(self.blocks))
-        if self.chunk_size < 1:
-            raise ValueError("chunk_size must be >= 1")
 
     @property
     def effective_finish_reason(self) -> str:
@@ -262,42 +220,15 @@ class Step:
 StepLike: TypeAlias = Step | HttpError | Block | str | Sequence[Block]
 
 
-def as_step(step: StepLike) -> Step:
-    """Normalise the shorthands accepted in `Rule.steps` into a `Step`."""
-    if isinstance(step, Step):
-        return step
-    if isinstance(step, HttpError):
-        return Step(error=step)
-    if isinstance(step, str):
-        return Step([Text(step)])
-    if isinstance(step, Text | Reasoning | ToolCall):
-        return Step([step])
-    return Step(step)
+#: Normalises the shorthands accepted in `Rule.steps` into a `Step`.
+as_step = Shorthands(Step, Text, (Text, Reasoning, ToolCall), HttpError)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """Answer with `steps` when `match` is a (case-insensitive) substring of the latest human
-    user message; ``match=""`` matches everything."""
-
-    match: str
-    steps: Sequence[StepLike]
-    name: str | None = None  # shown in RecordedRequest.rule; defaults to `match`
-
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, str) or not self.steps:
-            raise ValueError("Rule.steps must be a non-empty list of steps")
-        object.__setattr__(self, "steps", tuple(as_step(s) for s in self.steps))
-
-    @property
-    def label(self) -> str:
-        return self.name if self.name is not None else self.match
-
-    def step(self, k: int) -> Step:
-        return as_step(self.steps[min(k, len(self.steps) - 1)])
+class Rule(ScriptRule[Step]):
+    __doc__ = ScriptRule.__doc__
+    shorthands = as_step
 
 
-DEFAULT_RULE = Rule("", ["Hello from the fake OpenAI Chat Completions API."], name="default")
 DEFAULT_SIDE_ANSWERS: Mapping[str, StepLike] = {
     "title": "Fake session title",
     "summary": "Fake summary of the conversation.",
@@ -305,25 +236,7 @@ DEFAULT_SIDE_ANSWERS: Mapping[str, StepLike] = {
 }
 
 
-@dataclass(frozen=True)
-class _Script:
-    rules: tuple[Rule, ...]
-    default: Rule
-
-    def pick(self, human_text: str) -> Rule:
-        lowered = human_text.lower()
-        return next((r for r in self.rules if r.match.lower() in lowered), self.default)
-
-
 # --------------------------------------------------------------------------- conversation helpers
-
-
-def _content_text(content: Any) -> str:
-    """Text of a message's `content`: a string, or the text parts of a parts list."""
-    if isinstance(content, str):
-        return content
-    parts = (p.get("text") for p in content or () if isinstance(p, dict))
-    return "\n".join(p for p in parts if isinstance(p, str))
 
 
 def _human_text(message: Mapping[str, Any]) -> str | None:
@@ -331,7 +244,7 @@ def _human_text(message: Mapping[str, Any]) -> str | None:
     if message.get("role") != "user":
         return None
     content = message.get("content")
-    text = _REMINDER.sub("", _content_text(content)).strip()
+    text = _REMINDER.sub("", content_text(content)).strip()
     has_other = isinstance(content, list) and any(
         isinstance(p, dict) and p.get("type") != "text" for p in content
     )  # e.g. an image or a file
@@ -348,7 +261,7 @@ def _locate(messages: list[dict[str, Any]]) -> tuple[str, int]:
 
 
 def _system_text(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "system")
+    return "\n".join(content_text(m.get("content")) for m in messages if m.get("role") == "system")
 
 
 def _side_call(messages: list[dict[str, Any]]) -> str | None:
@@ -360,24 +273,11 @@ def _side_call(messages: list[dict[str, Any]]) -> str | None:
 
 
 @dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the fake saw it (secret header values redacted)."""
+class RecordedRequest(RecordedBase):
+    """One request as the fake saw it (secret header values redacted; `rule` is set on
+    scripted model calls only)."""
 
-    method: str
-    path: str  # with query string
-    headers: dict[str, str]  # lower-cased names
-    body: Any  # parsed JSON, or None
-    rule: str | None = None  # label of the rule that answered (scripted model calls only)
-    step: int | None = None  # step index k within that rule
     side_call: str | None = None  # "title" | "summary" | "compaction" for side calls
-
-    @property
-    def route(self) -> str:
-        return urlsplit(self.path).path
-
-    @property
-    def model(self) -> str | None:
-        return self.body.get("model") if isinstance(self.body, dict) else None
 
     @property
     def stream(self) -> bool:
@@ -385,9 +285,10 @@ class RecordedRequest:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        if not isinstance(self.body, dict):
-            return []
-        return [m for m in self.body.get("messages") or () if isinstance(m, dict)]
+        return self.body_list("messages")
+
+    def locate(self) -> tuple[str, int]:
+        return _locate(self.messages)
 
     @property
     def tool_names(self) -> list[str]:
@@ -407,12 +308,7 @@ class RecordedRequest:
     @property
     def user_texts(self) -> list[str]:
         """Raw text of every user message, oldest first."""
-        return [_content_text(m.get("content")) for m in self.messages if m.get("role") == "user"]
-
-    @property
-    def human_text(self) -> str:
-        """Text of the latest human user message: what rules are matched against."""
-        return _locate(self.messages)[0]
+        return [content_text(m.get("content")) for m in self.messages if m.get("role") == "user"]
 
     @property
     def tool_results(self) -> list[dict[str, Any]]:
@@ -440,97 +336,44 @@ class RecordedRequest:
 # --------------------------------------------------------------------------- server
 
 
-class _Abort(Exception):
-    """Stop writing this response and drop the connection."""
-
-
 class _Handler(FakeHandler):
-    def do_POST(self) -> None:
-        self._dispatch()
+    secret_headers = frozenset({"authorization", "api-key", "openai-api-key", "x-api-key"})
 
-    do_GET = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
-
-    def _dispatch(self) -> None:
+    def answer(self, headers: dict[str, str], body: Any) -> None:
         fake = self.server.fake
-        self.close_connection = True  # one request per connection: no keep-alive races
-        raw = self._read_body()
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None  # e.g. a compressed body: recorded as None
-        headers = {
-            k.lower(): (REDACTED if k.lower() in _SECRET_HEADERS else v)
-            for k, v in self.headers.items()
-        }
         route = urlsplit(self.path).path.rstrip("/")
         base = RecordedRequest(self.command, self.path, headers, body)
-        try:
-            if self.command == "GET" and route == MODELS_PATH:
-                fake._record(base)
-                models = [MODEL, SMALL_MODEL]
-                data = [
-                    {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in models
-                ]
-                self._send_json(200, {"object": "list", "data": data})
-            elif self.command != "POST" or route != COMPLETIONS_PATH:
-                fake._record(base)
-                msg = f"fake: no route for {self.command} {self.path}"
-                self._send_json(404, HttpError(404, msg).body)
-            elif not isinstance(body, dict):
-                fake._record(base)
-                self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-            else:
-                self._respond(base, body)
-        except _Abort:
-            self._drop()
+        if self.command == "GET" and route == MODELS_PATH:
+            fake._record(base)
+            models = [MODEL, SMALL_MODEL]
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in models]
+            self._send_json(200, {"object": "list", "data": data})
+        elif self.command != "POST" or route != COMPLETIONS_PATH:
+            fake._record(base)
+            msg = f"fake: no route for {self.command} {self.path}"
+            self._send_json(404, HttpError(404, msg).body)
+        elif not isinstance(body, dict):
+            fake._record(base)
+            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
+        else:
+            self._respond(base, body)
 
     def _respond(self, base: RecordedRequest, body: dict[str, Any]) -> None:
-        fake = self.server.fake
+        fake = cast("FakeOpenAIChat", self.server.fake)
         side = _side_call(base.messages)
+        step: Step
         if side is not None:
             step = as_step(fake._side_answer(side))
             fake._record(replace(base, side_call=side))
         else:
-            human_text, k = _locate(base.messages)
-            rule = fake._current_script().pick(human_text)
-            step = rule.step(k)
-            fake._record(replace(base, rule=rule.label, step=k))
-        if step.drop_connection:
-            raise _Abort
-        if step.error is not None:
-            self._send_json(step.error.status, step.error.body, step.error.headers)
+            step = scripted_step(self, base)
+        if answer_failure(self, step):
             return
         answer = _Answer(self, step, body)
         if body.get("stream"):
             answer.stream()
         else:
             answer.whole()
-
-    # -- I/O helpers
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(parts)
-        return self.rfile.read(int(self.headers.get("content-length") or 0))
-
-    def _send_json(self, status: int, payload: Any, extra: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("x-request-id", f"req_fake{uuid.uuid4().hex[:20]}")
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.send_header("connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
 
 
 def _with_id(block: Block) -> Block:
@@ -552,7 +395,9 @@ class _Answer:
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         prompt = [body.get("messages"), body.get("tools")]
         self.prompt_tokens = step.prompt_tokens or max(1, len(json.dumps(prompt)) // 4)
-        self.deltas_sent = 0
+        self.pace = Pace(
+            handler, step.delay_ms, step.close_midstream, step.stall_after_first_delta_ms
+        )
 
     def usage(self) -> dict[str, Any]:
         size = sum(len(json.dumps(_block_json(b))) for b in self.blocks)
@@ -571,9 +416,9 @@ class _Answer:
     def whole(self) -> None:
         step, h = self.step, self.h
         if step.stall_after_first_delta_ms and not h._pause(step.stall_after_first_delta_ms):
-            raise _Abort
+            raise Abort
         if step.close_midstream:
-            raise _Abort
+            raise Abort
         if step.stream_error is not None:
             err = step.stream_error
             h._send_json(500, HttpError(500, err.message, err.error_type, err.code).body)
@@ -600,13 +445,7 @@ class _Answer:
 
     def stream(self) -> None:
         h, step = self.h, self.step
-        h.send_response(200)
-        h.send_header("content-type", "text/event-stream; charset=utf-8")
-        h.send_header("cache-control", "no-cache")
-        h.send_header("x-request-id", f"req_fake{uuid.uuid4().hex[:20]}")
-        h.send_header("transfer-encoding", "chunked")
-        h.send_header("connection", "close")
-        h.end_headers()
+        h._start_stream()
         self.chunk({"role": "assistant", "content": ""})
         tool_index = 0
         for index, block in enumerate(self.blocks):
@@ -645,23 +484,13 @@ class _Answer:
                 )
             if not step.omit_done:
                 self.data("[DONE]")
-        h.wfile.write(b"0\r\n\r\n")
+        h._end_stream()
 
     def delta(self, delta: dict[str, Any]) -> None:
-        if self.deltas_sent and not self.h._pause(self.step.delay_ms):
-            raise _Abort
-        self.chunk(delta)
-        self.deltas_sent += 1
-        if self.deltas_sent == 1:
-            if self.step.close_midstream:
-                raise _Abort
-            stall = self.step.stall_after_first_delta_ms
-            if stall and not self.h._pause(stall):
-                raise _Abort
+        self.pace.send(functools.partial(self.chunk, delta))
 
     def pieces(self, text: str) -> Iterator[str]:
-        size = self.step.chunk_size
-        return (text[i : i + size] for i in range(0, len(text), size))
+        return pieces(text, self.step.chunk_size)
 
     def envelope(self, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -678,8 +507,7 @@ class _Answer:
         self.data(json.dumps(self.envelope("chat.completion.chunk", [choice])))
 
     def data(self, payload: str) -> None:
-        frame = f"data: {payload}\n\n".encode()
-        self.h.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+        self.h._write_chunk(f"data: {payload}\n\n".encode())
 
 
 def _block_json(block: Block) -> dict[str, Any]:
@@ -692,7 +520,7 @@ def _block_json(block: Block) -> dict[str, Any]:
 # --------------------------------------------------------------------------- public facade
 
 
-class FakeOpenAIChat(FakeServer):
+class FakeOpenAIChat(ScriptedFake[Rule, RecordedRequest]):
     """The fake server. Start with `start()` or ``with``; `url` is the root, `base_url` adds
     ``/v1`` (what an openai-compatible provider's ``baseURL`` needs; `opencode_env` takes either).
 
@@ -701,6 +529,11 @@ class FakeOpenAIChat(FakeServer):
     everything (GET /v1/models, 404s, ...) in arrival order.
     """
 
+    rule_type = Rule
+    default_answer = "Hello from the fake OpenAI Chat Completions API."
+    handler_type = _Handler
+    label = "fake-openai-chat"
+
     def __init__(
         self,
         *rules: Rule,
@@ -708,7 +541,7 @@ class FakeOpenAIChat(FakeServer):
         side_calls: Mapping[str, StepLike] | None = None,
         max_lifetime: float = 15 * 60,
     ) -> None:
-        super().__init__(_Handler, _make_script(rules, default), max_lifetime, "fake-openai-chat")
+        super().__init__(*rules, default=default, max_lifetime=max_lifetime)
         self._side_answers = {**DEFAULT_SIDE_ANSWERS, **(side_calls or {})}
 
     @property
@@ -725,18 +558,12 @@ class FakeOpenAIChat(FakeServer):
     ) -> None:
         """Replace the whole script (thread-safe; requests in flight keep their old step).
         `side_calls` (if given) overrides answers to side calls by kind (see `SIDE_CALLS`)."""
-        script = _make_script(rules, default)
         with self._lock:
-            self._script = script
+            super().set_script(*rules, default=default)
             if side_calls is not None:
                 self._side_answers = {**DEFAULT_SIDE_ANSWERS, **side_calls}
 
     # -- inspection
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
 
     @property
     def model_requests(self) -> list[RecordedRequest]:
@@ -772,39 +599,21 @@ class FakeOpenAIChat(FakeServer):
         """Block until `n` requests to `route` (None: any) arrived; return them. Side calls
         count only with `include_side_calls`."""
 
-        def matching() -> list[RecordedRequest]:
-            return [
-                r
-                for r in self._requests
-                if (route is None or r.route == route)
-                and (include_side_calls or r.side_call is None)
-            ]
+        def match(r: RecordedRequest) -> bool:
+            return (route is None or r.route == route) and (
+                include_side_calls or r.side_call is None
+            )
 
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(matching()) >= n, timeout):
-                seen = [f"{r.method} {r.path} {r.side_call or ''}" for r in self._requests]
-                raise TimeoutError(f"expected {n} requests to {route} within {timeout}s: {seen}")
-            return matching()
+        return self._wait_for(n, timeout, match, f"requests to {route}")
+
+    def _describe(self, request: RecordedRequest) -> str:
+        return f"{request.method} {request.path} {request.side_call or ''}"
 
     # -- called by handler threads
 
     def _side_answer(self, kind: str) -> StepLike:
         with self._lock:
             return self._side_answers.get(kind, DEFAULT_SIDE_ANSWERS["summary"])
-
-
-def _make_script(
-    rules: Sequence[Rule], default: Rule | Sequence[StepLike] | StepLike | None
-) -> _Script:
-    if default is None:
-        rule = DEFAULT_RULE
-    elif isinstance(default, Rule):
-        rule = default
-    elif isinstance(default, list | tuple):
-        rule = Rule("", default, name="default")
-    else:
-        rule = Rule("", [cast(StepLike, default)], name="default")
-    return _Script(tuple(rules), rule)
 
 
 # --------------------------------------------------------------------------- OpenCode set-up
@@ -821,9 +630,7 @@ def opencode_config(
 ) -> dict[str, Any]:
     """The config `opencode_env` passes in OPENCODE_CONFIG_CONTENT: one provider, the fake,
     and only it (`enabled_providers` hides the bundled "opencode" Zen models)."""
-    base_url = fake_url.rstrip("/")
-    if not base_url.endswith("/v1"):
-        base_url += "/v1"
+    base_url = v1_url(fake_url)
     models = {m: {"name": m, "tool_call": True} for m in (model, small_model)}
     config: dict[str, Any] = {
         "$schema": "https://opencode.ai/config.json",

@@ -9,25 +9,19 @@ writes that config and `codex_env` the matching environment::
                        input="make it", env=codex_env(home), ...)
         fake.function_outputs(1)  # what Codex sent back after running the command
 
-Scripting: rules are tried in order against the text of the latest *human* user message
-(case-insensitive substring). Codex also sends user-role messages of its own
-(``<environment_context>``, ``<turn_aborted>``, AGENTS.md instructions); those are stripped and
-never count as human; developer messages never do either. The first matching rule wins, else
-the default rule. A rule's step k answers the k-th model call since that human message, where k
-is the number of tool-output runs (``function_call_output``/``custom_tool_call_output`` ...)
-after it: step 0 is the first answer, step 1 the answer after the first tool call's output
-(parallel calls in one answer count once), ...; the last step repeats. A retry re-sends the
-same input, so it gets the same step (an `HttpError` step fails every retry too).
+Scripting (tests/fakes/_script.py): rules match the text of the latest *human* user message.
+Codex also sends user-role messages of its own (``<environment_context>``, ``<turn_aborted>``,
+AGENTS.md instructions); those are stripped and never count as human; developer messages never
+do either. A rule's step k answers the k-th model call since that human message, where k is the
+number of tool-output runs (``function_call_output``/``custom_tool_call_output`` ...) after it
+(parallel calls in one answer count once). An `HttpError` step fails every retry too.
 
-A step is a `Step`, or shorthand: a `str` (one message), one block, a list of blocks, or an
-`HttpError`. Lists passed as ``steps``/``default`` are always lists of *steps*.
-
-Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
-subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
+The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -37,10 +31,19 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
-from ._base import FakeHandler, FakeServer
+from ._base import REDACTED, FakeHandler, Pace, RecordedBase, pieces
+from ._openai import HttpError, content_text, v1_url
+from ._script import (
+    ScriptedFake,
+    ScriptRule,
+    Shorthands,
+    StepBase,
+    answer_failure,
+    scripted_step,
+)
 
 __all__ = [
     "ENV_KEY",
@@ -66,10 +69,8 @@ __all__ = [
 
 RESPONSES_PATH = "/v1/responses"
 MODELS_PATH = "/v1/models"
-REDACTED = "<redacted>"
 ENV_KEY = "FAKE_OPENAI_KEY"  # the provider's env_key: Codex sends it as a Bearer token
 MODEL = "gpt-5.5"  # a bundled slug: unknown slugs add a warning item and change the tool set
-_SECRET_HEADERS = frozenset({"authorization", "api-key", "openai-api-key"})
 # User-role messages Codex writes itself; they must not steer the script.
 _INJECTED = re.compile(
     r"<environment_context>.*?</environment_context>"
@@ -78,16 +79,6 @@ _INJECTED = re.compile(
     r"|# AGENTS\.md instructions for [^\n]*\s*<INSTRUCTIONS>.*?</INSTRUCTIONS>",
     re.DOTALL,
 )
-
-# Error `code`s the real API sends for some statuses (the rest send null).
-_ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
-
-
-def _error_type(status: int) -> str:
-    if status == 429:
-        return "requests"
-    return "invalid_request_error" if status < 500 else "server_error"
-
 
 # --------------------------------------------------------------------------- script types
 
@@ -202,28 +193,6 @@ _Wire: TypeAlias = Text | Reasoning | FunctionCall | CustomToolCall  # what is a
 
 
 @dataclass(frozen=True)
-class HttpError:
-    """Answer with an HTTP error and the API's error body (``{"error": {...}}``)."""
-
-    status: int
-    message: str = "fake error"
-    error_type: str | None = None  # None: the API's type for `status`
-    code: str | None = None  # None: the API's code for `status` (may stay null)
-    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "1"}
-
-    @property
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type or _error_type(self.status),
-                "param": None,
-                "code": self.code if self.code is not None else _ERROR_CODES.get(self.status),
-            }
-        }
-
-
-@dataclass(frozen=True)
 class ResponseFailed:
     """A ``response.failed`` event after `after_items` complete output items, ending the
     stream. Codex 0.169 retries it (stream retries) and then fails the turn with "stream
@@ -236,84 +205,38 @@ class ResponseFailed:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One model answer.
+class Step(StepBase):
+    """One model answer (pacing and failures: `StepBase`).
 
-    `delay_ms` sleeps between deltas. `stall_after_first_delta_ms` sends the first delta, then
-    stalls (interrupt tests; shutdown cuts the stall short). `close_midstream` drops the
-    connection after the first delta (a transport error); `close_before_completed` sends every
-    item, then ends the body cleanly without ``response.completed``; `drop_connection` closes
-    without any answer.
+    `stall_after_first_delta_ms` sends the first delta, then stalls (interrupt tests; shutdown
+    cuts the stall short). `close_before_completed` sends every item, then ends the body
+    cleanly without ``response.completed``.
     """
 
     items: Sequence[Block] = ()
-    delay_ms: int = 0
-    chunk_size: int = 16
     stall_after_first_delta_ms: int = 0
     error: HttpError | None = None
     failed: ResponseFailed | None = None
-    close_midstream: bool = False
     close_before_completed: bool = False
-    drop_connection: bool = False
     input_tokens: int | None = None  # None: ~len(input JSON) / 4
     output_tokens: int | None = None  # None: ~len(output) / 4
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         object.__setattr__(self, "items", tuple(self.items))
-        if self.chunk_size < 1:
-            raise ValueError("chunk_size must be >= 1")
 
 
 StepLike: TypeAlias = Step | HttpError | Block | str | Sequence[Block]
 _BLOCK_TYPES = (Text, Reasoning, FunctionCall, CustomToolCall, ExecCommand, ApplyPatch)
 
 
-def as_step(step: StepLike) -> Step:
-    """Normalise the shorthands accepted in `Rule.steps` into a `Step`."""
-    if isinstance(step, Step):
-        return step
-    if isinstance(step, HttpError):
-        return Step(error=step)
-    if isinstance(step, str):
-        return Step([Text(step)])
-    if isinstance(step, _BLOCK_TYPES):
-        return Step([step])
-    return Step(step)
+#: Normalises the shorthands accepted in `Rule.steps` into a `Step`.
+as_step = Shorthands(Step, Text, _BLOCK_TYPES, HttpError)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """Answer with `steps` when `match` is a (case-insensitive) substring of the latest human
-    user message; ``match=""`` matches everything."""
-
-    match: str
-    steps: Sequence[StepLike]
-    name: str | None = None  # shown in RecordedRequest.rule; defaults to `match`
-
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, str) or not self.steps:
-            raise ValueError("Rule.steps must be a non-empty list of steps")
-        object.__setattr__(self, "steps", tuple(as_step(s) for s in self.steps))
-
-    @property
-    def label(self) -> str:
-        return self.name if self.name is not None else self.match
-
-    def step(self, k: int) -> Step:
-        return as_step(self.steps[min(k, len(self.steps) - 1)])
-
-
-DEFAULT_RULE = Rule("", ["Hello from the fake OpenAI Responses API."], name="default")
-
-
-@dataclass(frozen=True)
-class _Script:
-    rules: tuple[Rule, ...]
-    default: Rule
-
-    def pick(self, human_text: str) -> Rule:
-        lowered = human_text.lower()
-        return next((r for r in self.rules if r.match.lower() in lowered), self.default)
+class Rule(ScriptRule[Step]):
+    __doc__ = ScriptRule.__doc__
+    shorthands = as_step
 
 
 # --------------------------------------------------------------------------- conversation helpers
@@ -321,11 +244,7 @@ class _Script:
 
 def _text(item: Mapping[str, Any]) -> str:
     """Text parts of a message item, joined by newlines."""
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    parts = (p.get("text") for p in content or () if isinstance(p, dict))
-    return "\n".join(p for p in parts if isinstance(p, str))
+    return content_text(item.get("content"))
 
 
 def _is_message(item: Mapping[str, Any], role: str) -> bool:
@@ -370,30 +289,16 @@ def _locate(items: list[dict[str, Any]]) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-class RecordedRequest:
+class RecordedRequest(RecordedBase):
     """One request as the fake saw it (secret header values redacted)."""
-
-    method: str
-    path: str  # with query string
-    headers: dict[str, str]  # lower-cased names
-    body: Any  # parsed JSON, or None
-    rule: str | None = None  # label of the rule that answered (model calls only)
-    step: int | None = None  # step index k within that rule
-
-    @property
-    def route(self) -> str:
-        return urlsplit(self.path).path
-
-    @property
-    def model(self) -> str | None:
-        return self.body.get("model") if isinstance(self.body, dict) else None
 
     @property
     def input(self) -> list[dict[str, Any]]:
         """The request's ``input`` items: the whole conversation (Codex re-sends it)."""
-        if not isinstance(self.body, dict):
-            return []
-        return [i for i in self.body.get("input") or () if isinstance(i, dict)]
+        return self.body_list("input")
+
+    def locate(self) -> tuple[str, int]:
+        return _locate(self.input)
 
     @property
     def developer_text(self) -> str:
@@ -406,11 +311,6 @@ class RecordedRequest:
         return [_text(i) for i in self.input if _is_message(i, "user")]
 
     @property
-    def human_text(self) -> str:
-        """Text of the latest human user message: what rules are matched against."""
-        return _locate(self.input)[0]
-
-    @property
     def function_outputs(self) -> list[dict[str, Any]]:
         """Tool-output items (``function_call_output``, ``custom_tool_call_output``, ...) of
         the whole input, oldest first."""
@@ -420,90 +320,37 @@ class RecordedRequest:
 # --------------------------------------------------------------------------- server
 
 
-class _Abort(Exception):
-    """Stop writing this response and drop the connection."""
-
-
 class _Handler(FakeHandler):
-    def do_POST(self) -> None:
-        self._dispatch()
+    secret_headers = frozenset({"authorization", "api-key", "openai-api-key"})
 
-    do_GET = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
-
-    def _dispatch(self) -> None:
+    def answer(self, headers: dict[str, str], body: Any) -> None:
         fake = self.server.fake
-        self.close_connection = True  # one request per connection: no keep-alive races
-        raw = self._read_body()
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None  # e.g. a compressed body: recorded as None
-        headers = {
-            k.lower(): (REDACTED if k.lower() in _SECRET_HEADERS else v)
-            for k, v in self.headers.items()
-        }
         route = urlsplit(self.path).path.rstrip("/")
         base = RecordedRequest(self.command, self.path, headers, body)
-        try:
-            if self.command == "GET" and route == MODELS_PATH:
-                fake._record(base)
-                # OpenAI's list shape plus the `models` key of Codex's own /models endpoint,
-                # so either parser sees an empty catalog rather than an error.
-                self._send_json(200, {"object": "list", "data": [], "models": []})
-            elif self.command != "POST" or route != RESPONSES_PATH:
-                fake._record(base)
-                msg = f"fake: no route for {self.command} {self.path}"
-                self._send_json(404, HttpError(404, msg).body)
-            elif not isinstance(body, dict):
-                fake._record(base)
-                self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-            else:
-                self._respond(base, body)
-        except _Abort:
-            self._drop()
+        if self.command == "GET" and route == MODELS_PATH:
+            fake._record(base)
+            # OpenAI's list shape plus the `models` key of Codex's own /models endpoint,
+            # so either parser sees an empty catalog rather than an error.
+            self._send_json(200, {"object": "list", "data": [], "models": []})
+        elif self.command != "POST" or route != RESPONSES_PATH:
+            fake._record(base)
+            msg = f"fake: no route for {self.command} {self.path}"
+            self._send_json(404, HttpError(404, msg).body)
+        elif not isinstance(body, dict):
+            fake._record(base)
+            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
+        else:
+            self._respond(base, body)
 
     def _respond(self, base: RecordedRequest, body: dict[str, Any]) -> None:
-        fake = self.server.fake
-        human_text, k = _locate(base.input)
-        rule = fake._current_script().pick(human_text)
-        step = rule.step(k)
-        fake._record(replace(base, rule=rule.label, step=k))
-        if step.drop_connection:
-            raise _Abort
-        if step.error is not None:
-            self._send_json(step.error.status, step.error.body, step.error.headers)
+        step: Step = scripted_step(self, base)
+        if answer_failure(self, step):
             return
         if body.get("stream") is False:
             msg = "fake: only streaming (stream: true) is implemented"
             self._send_json(400, HttpError(400, msg).body)
             return
         _Stream(self, step, body).run()
-
-    # -- I/O helpers
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(parts)
-        return self.rfile.read(int(self.headers.get("content-length") or 0))
-
-    def _send_json(self, status: int, payload: Any, extra: Mapping[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("x-request-id", f"req_fake{uuid.uuid4().hex[:20]}")
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.send_header("connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
 
 
 def _wire(block: Block) -> _Wire:
@@ -567,7 +414,9 @@ class _Stream:
         self.created_at = int(time.time())
         self.input_tokens = step.input_tokens or max(1, len(json.dumps(body.get("input"))) // 4)
         self.sequence = 0
-        self.deltas_sent = 0
+        self.pace = Pace(
+            handler, step.delay_ms, step.close_midstream, step.stall_after_first_delta_ms
+        )
         self.done_items: list[dict[str, Any]] = []
 
     def response(self, status: str, **extra: Any) -> dict[str, Any]:
@@ -597,13 +446,7 @@ class _Stream:
 
     def run(self) -> None:
         h, step = self.h, self.step
-        h.send_response(200)
-        h.send_header("content-type", "text/event-stream; charset=utf-8")
-        h.send_header("cache-control", "no-cache")
-        h.send_header("x-request-id", f"req_fake{uuid.uuid4().hex[:20]}")
-        h.send_header("transfer-encoding", "chunked")
-        h.send_header("connection", "close")
-        h.end_headers()
+        h._start_stream()
         self.event("response.created", {"response": self.response("in_progress")})
         self.event("response.in_progress", {"response": self.response("in_progress")})
         for index, block in enumerate(self.blocks):
@@ -616,7 +459,7 @@ class _Stream:
         elif not step.close_before_completed:
             completed = self.response("completed", usage=self.usage())
             self.event("response.completed", {"response": completed})
-        h.wfile.write(b"0\r\n\r\n")
+        h._end_stream()
 
     def item(self, index: int, block: _Wire) -> None:
         item_id = _item_id(block)
@@ -666,32 +509,21 @@ class _Stream:
         self.event("response.output_item.done", {"output_index": index, "item": done})
 
     def delta(self, name: str, payload: dict[str, Any]) -> None:
-        if self.deltas_sent and not self.h._pause(self.step.delay_ms):
-            raise _Abort
-        self.event(name, payload)
-        self.deltas_sent += 1
-        if self.deltas_sent == 1:
-            if self.step.close_midstream:
-                raise _Abort
-            stall = self.step.stall_after_first_delta_ms
-            if stall and not self.h._pause(stall):
-                raise _Abort
+        self.pace.send(functools.partial(self.event, name, payload))
 
     def chunks(self, text: str) -> Iterator[str]:
-        size = self.step.chunk_size
-        return (text[i : i + size] for i in range(0, len(text), size))
+        return pieces(text, self.step.chunk_size)
 
     def event(self, name: str, payload: dict[str, Any]) -> None:
         full = {"type": name, "sequence_number": self.sequence, **payload}
         self.sequence += 1
-        data = f"event: {name}\ndata: {json.dumps(full)}\n\n".encode()
-        self.h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.h._write_chunk(f"event: {name}\ndata: {json.dumps(full)}\n\n".encode())
 
 
 # --------------------------------------------------------------------------- public facade
 
 
-class FakeResponses(FakeServer):
+class FakeResponses(ScriptedFake[Rule, RecordedRequest]):
     """The fake server. Start with `start()` or ``with``; `url` is the root (`base_url` adds
     ``/v1``, what a Codex provider's ``base_url`` needs; `codex_home` takes either).
 
@@ -699,36 +531,14 @@ class FakeResponses(FakeServer):
     `requests` has everything (GET /v1/models, 404s, ...) in arrival order.
     """
 
-    def __init__(
-        self,
-        *rules: Rule,
-        default: Rule | Sequence[StepLike] | StepLike | None = None,
-        max_lifetime: float = 15 * 60,
-    ) -> None:
-        super().__init__(
-            _Handler, _make_script(rules, default), max_lifetime, "fake-openai-responses"
-        )
+    rule_type = Rule
+    default_answer = "Hello from the fake OpenAI Responses API."
+    handler_type = _Handler
+    label = "fake-openai-responses"
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
-
-    # -- scripting
-
-    def set_script(
-        self, *rules: Rule, default: Rule | Sequence[StepLike] | StepLike | None = None
-    ) -> None:
-        """Replace the whole script (thread-safe; requests in flight keep their old step)."""
-        script = _make_script(rules, default)
-        with self._lock:
-            self._script = script
-
-    # -- inspection
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
 
     @property
     def model_requests(self) -> list[RecordedRequest]:
@@ -751,28 +561,10 @@ class FakeResponses(FakeServer):
     ) -> list[RecordedRequest]:
         """Block until `n` requests to `route` (None: any) arrived; return them."""
 
-        def matching() -> list[RecordedRequest]:
-            return [r for r in self._requests if route is None or r.route == route]
+        def match(r: RecordedRequest) -> bool:
+            return route is None or r.route == route
 
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(matching()) >= n, timeout):
-                seen = [f"{r.method} {r.path}" for r in self._requests]
-                raise TimeoutError(f"expected {n} requests to {route} within {timeout}s: {seen}")
-            return matching()
-
-
-def _make_script(
-    rules: Sequence[Rule], default: Rule | Sequence[StepLike] | StepLike | None
-) -> _Script:
-    if default is None:
-        rule = DEFAULT_RULE
-    elif isinstance(default, Rule):
-        rule = default
-    elif isinstance(default, list | tuple):
-        rule = Rule("", default, name="default")
-    else:
-        rule = Rule("", [cast(StepLike, default)], name="default")
-    return _Script(tuple(rules), rule)
+        return self._wait_for(n, timeout, match, f"requests to {route}")
 
 
 # --------------------------------------------------------------------------- Codex set-up
@@ -787,9 +579,7 @@ def codex_home(
     `retries` bounds both request and stream retries (Codex's defaults, 4 and 5, turn one HTTP
     500 into 30 requests and ~25 s). `unbounded_connection_retries` is off because it would
     otherwise retry an unreachable fake (a closed one) forever."""
-    base_url = fake_url.rstrip("/")
-    if not base_url.endswith("/v1"):
-        base_url += "/v1"
+    base_url = v1_url(fake_url)
     home = tmp_dir / name
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(

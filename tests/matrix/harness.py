@@ -27,6 +27,7 @@ import traceback
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import trio
@@ -385,7 +386,33 @@ class Harness:
         self.rules = {r.tag: r for r in rules}
         self._set_script(rules)
 
+    #: the fake model API the CLI talks to (a tests/fakes module: its Rule, Step, Text, ...)
+    fake_api: ModuleType
+    #: the `Step` field that stalls the stream after its first delta
+    stall_field = "stall_after_first_delta_ms"
+
     def _set_script(self, rules: Sequence[Rule]) -> None:
+        api = self.fake_api
+        self.env.script(*[api.Rule(r.tag, [self._fake_step(s) for s in r.steps]) for r in rules])
+
+    def _fake_step(self, step: Step) -> Any:
+        """`step` in the fake API's terms."""
+        api = self.fake_api
+        match step:
+            case Say(text, delay):
+                return api.Step([api.Text(text)], delay_ms=delay, chunk_size=8)
+            case Shell(command):
+                return self.shell_step(command)
+            case HttpFail(status, message, headers):
+                return api.HttpError(status, message, headers=dict(headers))
+            case Cut(text):
+                return api.Step([api.Text(text)], close_midstream=True)
+            case Stall(text):
+                return api.Step([api.Text(text)], **{self.stall_field: STALL_MS})
+        raise AssertionError(step)
+
+    def shell_step(self, command: str) -> Any:
+        """The model's call of the CLI's shell tool running `command`."""
         raise NotImplementedError
 
     def prompt(self, tag: str) -> str:
@@ -472,28 +499,14 @@ class Harness:
 # -- Claude ----------------------------------------------------------------------------------------
 
 
-def _claude_step(step: Step) -> fa.StepLike:
-    match step:
-        case Say(text, delay):
-            return fa.Step([fa.Text(text)], delay_ms=delay, chunk_size=8)
-        case Shell(command):
-            return fa.ToolUse("Bash", {"command": command, "description": "Run the command"})
-        case HttpFail(status, message, headers):
-            return fa.HttpError(status, message, headers=dict(headers))
-        case Cut(text):
-            return fa.Step([fa.Text(text)], close_midstream=True)
-        case Stall(text):
-            return fa.Step([fa.Text(text)], stall_after_first_delta_ms=STALL_MS)
-    raise AssertionError(step)
-
-
 class ClaudeHarness(Harness):
     backend = "claude"
     cli_name = "claude"
     env: ClaudeEnv
+    fake_api = fa
 
-    def _set_script(self, rules: Sequence[Rule]) -> None:
-        self.env.script(*[fa.Rule(r.tag, [_claude_step(s) for s in r.steps]) for r in rules])
+    def shell_step(self, command: str) -> Any:
+        return fa.ToolUse("Bash", {"command": command, "description": "Run the command"})
 
     def params(self, **extra: Any) -> dict[str, Any]:
         params = super().params(**extra)
@@ -526,42 +539,26 @@ class ClaudeHarness(Harness):
 # -- Codex -----------------------------------------------------------------------------------------
 
 
-def _codex_step(step: Step, ask: bool) -> fr.StepLike:
-    match step:
-        case Say(text, delay):
-            return fr.Step([fr.Text(text)], delay_ms=delay, chunk_size=8)
-        case Shell(command) if ask:
-            # Under read-only + on-request, an escalation asks the client.
+class CodexHarness(Harness):
+    backend = "codex"
+    cli_name = "codex"
+    env: CodexEnv
+    fake_api = fr
+
+    def __init__(self, name: str, env: Any, tmp: Path) -> None:
+        super().__init__(name, env, tmp)
+        self.base_params = {"approvalPolicy": "on-request", "sandbox": "read-only"}
+
+    def shell_step(self, command: str) -> Any:
+        if self.approvals:  # under read-only + on-request, an escalation asks the client
             return fr.ExecCommand(
                 command,
                 sandbox_permissions="require_escalated",
                 justification="The command must run outside the sandbox",
                 yield_time_ms=30_000,
             )
-        case Shell(command):
-            # (exec runs under "never", which refuses any escalation: a plain command)
-            return fr.ExecCommand(command, yield_time_ms=30_000)
-        case HttpFail(status, message, headers):
-            return fr.HttpError(status, message, headers=dict(headers))
-        case Cut(text):
-            return fr.Step([fr.Text(text)], close_midstream=True)
-        case Stall(text):
-            return fr.Step([fr.Text(text)], stall_after_first_delta_ms=STALL_MS)
-    raise AssertionError(step)
-
-
-class CodexHarness(Harness):
-    backend = "codex"
-    cli_name = "codex"
-    env: CodexEnv
-
-    def __init__(self, name: str, env: Any, tmp: Path) -> None:
-        super().__init__(name, env, tmp)
-        self.base_params = {"approvalPolicy": "on-request", "sandbox": "read-only"}
-
-    def _set_script(self, rules: Sequence[Rule]) -> None:
-        ask = self.approvals
-        self.env.script(*[fr.Rule(r.tag, [_codex_step(s, ask) for s in r.steps]) for r in rules])
+        # (exec runs under "never", which refuses any escalation: a plain command)
+        return fr.ExecCommand(command, yield_time_ms=30_000)
 
     def params(self, **extra: Any) -> dict[str, Any]:
         params = super().params(**extra)
@@ -620,29 +617,16 @@ class CodexHarness(Harness):
 # -- Gemini ----------------------------------------------------------------------------------------
 
 
-def _gemini_step(step: Step) -> fg.StepLike:
-    match step:
-        case Say(text, delay):
-            return fg.Step([fg.Text(text)], delay_ms=delay, chunk_size=8)
-        case Shell(command):
-            return fg.ShellCommand(command, description="Run the command")
-        case HttpFail(status, message, headers):
-            return fg.HttpError(status, message, headers=dict(headers))
-        case Cut(text):
-            return fg.Step([fg.Text(text)], close_midstream=True)
-        case Stall(text):
-            return fg.Step([fg.Text(text)], stall_after_first_chunk_ms=STALL_MS)
-    raise AssertionError(step)
-
-
 class GeminiHarness(Harness):
     backend = "gemini"
     cli_name = "gemini"
     env: GeminiEnv
     timeout_ms = 15000  # node start-up of the CLI alone takes seconds on a 2-core box
+    fake_api = fg
+    stall_field = "stall_after_first_chunk_ms"
 
-    def _set_script(self, rules: Sequence[Rule]) -> None:
-        self.env.script(*[fg.Rule(r.tag, [_gemini_step(s) for s in r.steps]) for r in rules])
+    def shell_step(self, command: str) -> Any:
+        return fg.ShellCommand(command, description="Run the command")
 
     def params(self, **extra: Any) -> dict[str, Any]:
         params = super().params(**extra)
@@ -685,30 +669,16 @@ class GeminiHarness(Harness):
 # -- OpenCode --------------------------------------------------------------------------------------
 
 
-def _opencode_step(step: Step) -> fc.StepLike:
-    match step:
-        case Say(text, delay):
-            return fc.Step([fc.Text(text)], delay_ms=delay, chunk_size=8)
-        case Shell(command):
-            return fc.bash_call(command, "Run the command")
-        case HttpFail(status, message, headers):
-            return fc.HttpError(status, message, headers=dict(headers))
-        case Cut(text):
-            return fc.Step([fc.Text(text)], close_midstream=True)
-        case Stall(text):
-            return fc.Step([fc.Text(text)], stall_after_first_delta_ms=STALL_MS)
-    raise AssertionError(step)
-
-
 class OpenCodeHarness(Harness):
     backend = "opencode"
     cli_name = "opencode"
     env: OpenCodeEnv
     timeout_ms = 15000
     no_backoff = (("retry-after-ms", "0"),)
+    fake_api = fc
 
-    def _set_script(self, rules: Sequence[Rule]) -> None:
-        self.env.script(*[fc.Rule(r.tag, [_opencode_step(s) for s in r.steps]) for r in rules])
+    def shell_step(self, command: str) -> Any:
+        return fc.bash_call(command, "Run the command")
 
     def params(self, **extra: Any) -> dict[str, Any]:
         params = super().params(**extra)
@@ -746,21 +716,17 @@ class OpenCodeHarness(Harness):
 # -- Qwen Code -------------------------------------------------------------------------------------
 
 
-def _qwen_step(step: Step) -> fc.StepLike:
-    if isinstance(step, Shell):
-        return shell_call(step.command, "Run the command")
-    return _opencode_step(step)  # (the same Chat Completions fake)
-
-
 class QwenHarness(OpenCodeHarness):
+    """On the same Chat Completions fake as OpenCode."""
+
     backend = "qwen"
     cli_name = "qwen"
     env: QwenEnv  # type: ignore[assignment]
     # qwen honours Retry-After on 429/503 only; threadline stops its 5xx retries itself
     no_backoff = ()
 
-    def _set_script(self, rules: Sequence[Rule]) -> None:
-        self.env.script(*[fc.Rule(r.tag, [_qwen_step(s) for s in r.steps]) for r in rules])
+    def shell_step(self, command: str) -> Any:
+        return shell_call(command, "Run the command")
 
     def _cli_home(self) -> dict[str, str]:
         """A fresh HOME for the CLI with its default retries (the fixture's OpenAI client

@@ -262,6 +262,11 @@ class CliEnv(ServerEnv, Generic[FakeT]):
         path = [str(self.tmp / "stub-bin"), str(self.cli.parent), os.environ.get("PATH", "")]
         return {"LANG": "C.UTF-8", **cli, **super().env(PATH=os.pathsep.join(path), **extra)}
 
+    async def open_thread(self, srv: ServerProcess, **params: Any) -> str:
+        """`initialize`, then thread/start on this backend in the work dir."""
+        await srv.initialize()
+        return await srv.start_thread(self.work, modelProvider=self.backend, **params)
+
     def script(self, *rules: Any, default: Any = None) -> None:
         """Replace the fake model's script (the fake's own `Rule`s and steps)."""
         self.fake.set_script(*rules, default=default)  # type: ignore[attr-defined]

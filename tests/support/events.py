@@ -1,20 +1,70 @@
 """What a client sees in the events of a turn: its items, its answer text, the server's
-requests (and a way to answer them by method)."""
+requests (and ways to answer them), and `turn`, which runs one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.client import Message, notifications
+from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
 
 __all__ = [
     "agent_text",
     "answer_by_method",
+    "decide",
+    "is_method",
     "items_completed",
     "items_started",
+    "no_requests",
+    "only_turn",
     "requests_in",
+    "resolved_ids",
+    "status",
+    "turn",
 ]
+
+
+def no_requests(message: Message) -> Any:
+    raise AssertionError(f"unexpected server request: {message}")
+
+
+def decide(decision: str) -> Callable[[Message], Any]:
+    """Answer every approval request with `decision`."""
+    return lambda _m: {"decision": decision}
+
+
+async def turn(
+    srv: ServerProcess,
+    tid: str,
+    text: str,
+    on_request: Callable[[Message], Any] = no_requests,
+    timeout: float = 60,
+) -> tuple[dict[str, Any], list[Any]]:
+    """Run one turn; return (the completed turn, its events). Items must pair up."""
+    done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
+    assert_items_balanced(events)
+    return done["params"]["turn"], events
+
+
+def status(t: dict[str, Any]) -> str:
+    return str(t["status"])
+
+
+def resolved_ids(events: list[Any]) -> list[Any]:
+    return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
+
+
+def is_method(method: str) -> Callable[[Any], bool]:
+    return lambda e: isinstance(e, dict) and e.get("method") == method
+
+
+def only_turn(events: list[Any], turn_id: str) -> bool:
+    """Whether every turn event among `events` belongs to `turn_id`."""
+    return all(
+        e["params"].get("turnId", turn_id) == turn_id
+        for e in events
+        if isinstance(e, dict) and isinstance(e.get("params"), dict)
+    )
 
 
 def _items(events: list[Any], method: str, item_type: str | None) -> list[dict[str, Any]]:
