@@ -43,13 +43,10 @@ class ClaudeEnv(CliEnv[FakeAnthropic]):
     fake_type = FakeAnthropic
     private = ("ANTHROPIC_", "CLAUDE")
 
-    #: the CLI's HOME; its config dir (transcripts, sessions) is `config_dir`
-    cli_home: Path = field(init=False)
+    #: the CLI's config dir (transcripts, sessions), in its HOME
     config_dir: Path = field(init=False)
 
     def setup(self) -> None:
-        self.cli_home = self.tmp / "cli-home"
-        self.cli_home.mkdir(exist_ok=True)
         self.config_dir = self.cli_home / ".claude"
         # The CLI takes the nearest parent with a `.git` as the project root (memory dir,
         # trust key; reference §6): the work dir is a root of its own.
@@ -67,7 +64,6 @@ class ClaudeEnv(CliEnv[FakeAnthropic]):
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_MAX_RETRIES": "0",
-            "HOME": str(self.cli_home),
             "CLAUDE_CONFIG_DIR": str(self.config_dir),
         }
 

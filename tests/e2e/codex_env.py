@@ -30,21 +30,14 @@ class CodexEnv(CliEnv[FakeResponses]):
     fake_type = FakeResponses
     private = ("CODEX_", "OPENAI_")
 
-    #: the CLI's HOME (scratch) and CODEX_HOME (config.toml for the fake, sessions, state DBs)
-    cli_home: Path = field(init=False)
+    #: CODEX_HOME (config.toml for the fake, sessions, state DBs); HOME is a scratch dir
     codex_home: Path = field(init=False)
 
     def setup(self) -> None:
-        self.cli_home = self.tmp / "cli-home"
-        self.cli_home.mkdir(exist_ok=True)
         self.codex_home = codex_home(self.tmp, self.fake.url)
 
     def cli_vars(self) -> dict[str, str]:
-        return {
-            "CODEX_HOME": str(self.codex_home),
-            ENV_KEY: "fake-openai-key",
-            "HOME": str(self.cli_home),
-        }
+        return {"CODEX_HOME": str(self.codex_home), ENV_KEY: "fake-openai-key"}
 
 
 codex_bin, codex_env = cli_fixtures(CodexEnv)

@@ -10,7 +10,7 @@ router side call.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fakes.gemini import MODEL, FakeGemini, gemini_home
@@ -78,11 +78,9 @@ class GeminiEnv(CliEnv[FakeGemini]):
     fake_type = FakeGemini
     private = ("GEMINI_", "GOOGLE_")
 
-    #: the CLI's HOME: .gemini/settings.json, sessions under .gemini/tmp/<project>/chats
-    cli_home: Path = field(init=False)
-
     def setup(self) -> None:
-        self.cli_home = gemini_home(self.tmp, self.fake.url, max_attempts=1, name="cli-home")
+        # HOME: .gemini/settings.json, sessions under .gemini/tmp/<project>/chats
+        gemini_home(self.tmp, self.fake.url, max_attempts=1, name=self.cli_home.name)
 
     def cli_vars(self) -> dict[str, str]:
         # A known model: no router side call (one API request per model round).

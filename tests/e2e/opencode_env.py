@@ -38,12 +38,13 @@ class OpenCodeEnv(CliEnv[FakeOpenAIChat]):
     fake_type = FakeOpenAIChat
     private = ("OPENCODE_",)
 
-    #: the CLI's environment: scratch HOME/XDG dirs (sessions DB, logs, snapshots), the config
+    #: the CLI's environment: HOME/XDG dirs in `cli_home` (sessions DB, logs, snapshots), the
+    #: config
     cli_env: dict[str, str] = field(init=False)
 
     def setup(self) -> None:
         # No PWD here: threadline sets it to the thread's cwd for every opencode it starts.
-        self.cli_env = cli_environment(self.tmp, self.fake.url, name="cli")
+        self.cli_env = cli_environment(self.tmp, self.fake.url, name=self.cli_home.name)
 
     def cli_vars(self) -> dict[str, str]:
         return dict(self.cli_env)

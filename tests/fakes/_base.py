@@ -117,6 +117,8 @@ class FakeHandler(BaseHTTPRequestHandler):
     #: the header carrying a fresh request id in every answer (None: none)
     request_id_header: ClassVar[str | None] = "x-request-id"
     json_type: ClassVar[str] = "application/json"
+    #: the API's error, `http_error(status, message).body` its JSON body
+    http_error: ClassVar[type]
 
     def setup(self) -> None:
         super().setup()
@@ -152,6 +154,19 @@ class FakeHandler(BaseHTTPRequestHandler):
     def answer(self, headers: dict[str, str], body: Any) -> None:
         """Route and answer the request (`self.command`, `self.path`)."""
         raise NotImplementedError
+
+    def _refused(self, request: RecordedBase, body: Any, routed: bool) -> bool:
+        """Record and refuse a request no route takes (404) or whose body is no JSON object
+        (400), in the API's error shape; False for a request to answer."""
+        if routed and isinstance(body, dict):
+            return False
+        self.server.fake._record(request)
+        if not routed:
+            message = f"fake: no route for {self.command} {request.path}"
+            self._send_json(404, self.http_error(404, message).body)
+        else:
+            self._send_json(400, self.http_error(400, "fake: body must be a JSON object").body)
+        return True
 
     # -- I/O
 
@@ -219,12 +234,12 @@ class Pace:
         self.delay_ms, self.close_midstream, self.stall_ms = delay_ms, close_midstream, stall_ms
         self.sent = 0
 
-    def send(self, write: Callable[[], None], *, last: bool = False) -> None:
-        """Write one delta with `write`; the cut or stall after the first never follows the
-        answer's `last` delta."""
+    def send(self, write: Callable[..., None], *args: Any, last: bool = False) -> None:
+        """Write one delta with `write(*args)`; the cut or stall after the first never follows
+        the answer's `last` delta."""
         if self.sent and not self.h._pause(self.delay_ms):
             raise Abort
-        write()
+        write(*args)
         self.sent += 1
         if self.sent == 1 and not last:
             if self.close_midstream:

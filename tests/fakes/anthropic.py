@@ -9,12 +9,12 @@ Scripting (tests/fakes/_script.py): rules match the text of the latest *human* u
 (``<system-reminder>`` blocks stripped); a rule's step k answers the k-th model call since that
 human message, k = assistant messages after it.
 
-The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
+Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
+subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -25,14 +25,7 @@ from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 from ._base import REDACTED, Abort, FakeHandler, Pace, RecordedBase, pieces
-from ._script import (
-    ScriptedFake,
-    ScriptRule,
-    Shorthands,
-    StepBase,
-    answer_failure,
-    scripted_step,
-)
+from ._script import ScriptedFake, ScriptRule, Shorthands, StepBase, answer_failure, scripted_step
 
 __all__ = [
     "REDACTED",
@@ -254,20 +247,16 @@ class RecordedRequest(RecordedBase):
 class _Handler(FakeHandler):
     secret_headers = frozenset({"x-api-key", "authorization"})
     request_id_header = "request-id"
+    http_error = HttpError
 
     def answer(self, headers: dict[str, str], body: Any) -> None:
-        fake = self.server.fake
         route = urlsplit(self.path).path.rstrip("/")
         base = RecordedRequest(self.command, self.path, headers, body)
-        if self.command != "POST" or route not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
-            fake._record(base)
-            msg = f"fake: no route for {self.command} {self.path}"
-            self._send_json(404, HttpError(404, msg).body)
-        elif not isinstance(body, dict):
-            fake._record(base)
-            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-        elif route == COUNT_TOKENS_PATH:
-            fake._record(base)
+        routed = self.command == "POST" and route in (MESSAGES_PATH, COUNT_TOKENS_PATH)
+        if self._refused(base, body, routed):
+            return
+        if route == COUNT_TOKENS_PATH:
+            self.server.fake._record(base)
             self._send_json(200, {"input_tokens": _estimate_input_tokens(body)})
         else:
             self._messages(base, body)
@@ -397,7 +386,7 @@ class _Stream:
         )
         for delta in deltas:
             payload = {"type": "content_block_delta", "index": index, "delta": delta}
-            self.pace.send(functools.partial(self.event, "content_block_delta", payload))
+            self.pace.send(self.event, "content_block_delta", payload)
         self.event("content_block_stop", {"type": "content_block_stop", "index": index})
 
     def chunks(self, text: str) -> Iterator[str]:

@@ -24,12 +24,12 @@ continuation) are not human text, nor is a content carrying ``functionResponse``
 rule's step k answers the k-th model call since that human content, where k is the number of
 function-response contents after it. An `HttpError` step fails every attempt.
 
-The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
+Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
+subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -44,14 +44,7 @@ from pathlib import Path
 from typing import Any, TypeAlias, cast
 
 from ._base import REDACTED, FakeHandler, Pace, RecordedBase, pieces
-from ._script import (
-    ScriptedFake,
-    ScriptRule,
-    Shorthands,
-    StepBase,
-    answer_failure,
-    scripted_step,
-)
+from ._script import ScriptedFake, ScriptRule, Shorthands, StepBase, answer_failure, scripted_step
 
 __all__ = [
     "API_KEY",
@@ -79,6 +72,7 @@ MODEL = "gemini-2.5-flash"  # a known model: pass it with -m so the CLI skips it
 API_KEY = "fake-gemini-key"
 _MODEL_ROUTE = re.compile(r"^/(v1beta|v1alpha|v1)/models/([^/:]+):([A-Za-z]+)$")
 _MODELS_ROUTE = re.compile(r"^/(v1beta|v1alpha|v1)/models(?:/([^/:]+))?$")
+_RPCS = ("streamGenerateContent", "generateContent", "countTokens")
 # Text parts the CLI writes itself (it skips the same prefixes when rebuilding history).
 _INJECTED_PREFIXES = ("<session_context>", "<hook_context>")
 _CONTINUATION = "Please continue."  # sent by the next-speaker check and the history hardener
@@ -442,6 +436,7 @@ class _Handler(FakeHandler):
     secret_headers = frozenset({"x-goog-api-key", "authorization"})
     request_id_header = None
     json_type = "application/json; charset=UTF-8"
+    http_error = HttpError
 
     def answer(self, headers: dict[str, str], body: Any) -> None:
         fake = self.server.fake
@@ -452,18 +447,10 @@ class _Handler(FakeHandler):
         if self.command == "GET" and listing:
             fake._record(replace(base, kind="models"))
             self._send_json(200, _models_payload(listing.group(2)))
-        elif self.command != "POST" or rpc not in (
-            "streamGenerateContent",
-            "generateContent",
-            "countTokens",
-        ):
-            fake._record(base)
-            msg = f"fake: no route for {self.command} {base.path}"
-            self._send_json(404, HttpError(404, msg).body)
-        elif not isinstance(body, dict):
-            fake._record(base)
-            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-        elif rpc == "countTokens":
+            return
+        if self._refused(base, body, self.command == "POST" and rpc in _RPCS):
+            return
+        if rpc == "countTokens":
             fake._record(replace(base, kind="count_tokens"))
             self._send_json(200, {"totalTokens": _estimate_prompt_tokens(body)})
         elif rpc == "generateContent":
@@ -599,7 +586,7 @@ class _Stream:
                 chunk["usageMetadata"] = self.usage
             chunk["modelVersion"] = self.model
             chunk["responseId"] = self.response_id
-            pace.send(functools.partial(self.event, chunk), last=last)
+            pace.send(self.event, chunk, last=last)
         h._end_stream()
 
     def chunks(self, text: str) -> Iterator[str]:

@@ -22,12 +22,12 @@ They are recognised by their system prompt (`SIDE_CALLS`), answered from ``side_
 fixed title/summary by default; the title answer becomes the session title), never consume
 scripted steps, and are kept out of `model_requests` (see `side_requests`).
 
-The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
+Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
+subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -42,14 +42,7 @@ from urllib.parse import urlsplit
 
 from ._base import REDACTED, Abort, FakeHandler, Pace, RecordedBase, pieces
 from ._openai import HttpError, content_text, v1_url
-from ._script import (
-    ScriptedFake,
-    ScriptRule,
-    Shorthands,
-    StepBase,
-    answer_failure,
-    scripted_step,
-)
+from ._script import ScriptedFake, ScriptRule, Shorthands, StepBase, answer_failure, scripted_step
 
 __all__ = [
     "API_KEY",
@@ -338,24 +331,17 @@ class RecordedRequest(RecordedBase):
 
 class _Handler(FakeHandler):
     secret_headers = frozenset({"authorization", "api-key", "openai-api-key", "x-api-key"})
+    http_error = HttpError
 
     def answer(self, headers: dict[str, str], body: Any) -> None:
-        fake = self.server.fake
         route = urlsplit(self.path).path.rstrip("/")
         base = RecordedRequest(self.command, self.path, headers, body)
         if self.command == "GET" and route == MODELS_PATH:
-            fake._record(base)
+            self.server.fake._record(base)
             models = [MODEL, SMALL_MODEL]
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in models]
             self._send_json(200, {"object": "list", "data": data})
-        elif self.command != "POST" or route != COMPLETIONS_PATH:
-            fake._record(base)
-            msg = f"fake: no route for {self.command} {self.path}"
-            self._send_json(404, HttpError(404, msg).body)
-        elif not isinstance(body, dict):
-            fake._record(base)
-            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-        else:
+        elif not self._refused(base, body, self.command == "POST" and route == COMPLETIONS_PATH):
             self._respond(base, body)
 
     def _respond(self, base: RecordedRequest, body: dict[str, Any]) -> None:
@@ -487,7 +473,7 @@ class _Answer:
         h._end_stream()
 
     def delta(self, delta: dict[str, Any]) -> None:
-        self.pace.send(functools.partial(self.chunk, delta))
+        self.pace.send(self.chunk, delta)
 
     def pieces(self, text: str) -> Iterator[str]:
         return pieces(text, self.step.chunk_size)

@@ -16,12 +16,12 @@ do either. A rule's step k answers the k-th model call since that human message,
 number of tool-output runs (``function_call_output``/``custom_tool_call_output`` ...) after it
 (parallel calls in one answer count once). An `HttpError` step fails every retry too.
 
-The server (tests/fakes/_base.py) binds 127.0.0.1 and closes itself after ``max_lifetime`` s.
+Only stdlib; binds 127.0.0.1; serves from a background thread so it works next to trio tests and
+subprocesses; closes itself after ``max_lifetime`` seconds so nothing can linger.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -36,14 +36,7 @@ from urllib.parse import urlsplit
 
 from ._base import REDACTED, FakeHandler, Pace, RecordedBase, pieces
 from ._openai import HttpError, content_text, v1_url
-from ._script import (
-    ScriptedFake,
-    ScriptRule,
-    Shorthands,
-    StepBase,
-    answer_failure,
-    scripted_step,
-)
+from ._script import ScriptedFake, ScriptRule, Shorthands, StepBase, answer_failure, scripted_step
 
 __all__ = [
     "ENV_KEY",
@@ -322,24 +315,17 @@ class RecordedRequest(RecordedBase):
 
 class _Handler(FakeHandler):
     secret_headers = frozenset({"authorization", "api-key", "openai-api-key"})
+    http_error = HttpError
 
     def answer(self, headers: dict[str, str], body: Any) -> None:
-        fake = self.server.fake
         route = urlsplit(self.path).path.rstrip("/")
         base = RecordedRequest(self.command, self.path, headers, body)
         if self.command == "GET" and route == MODELS_PATH:
-            fake._record(base)
+            self.server.fake._record(base)
             # OpenAI's list shape plus the `models` key of Codex's own /models endpoint,
             # so either parser sees an empty catalog rather than an error.
             self._send_json(200, {"object": "list", "data": [], "models": []})
-        elif self.command != "POST" or route != RESPONSES_PATH:
-            fake._record(base)
-            msg = f"fake: no route for {self.command} {self.path}"
-            self._send_json(404, HttpError(404, msg).body)
-        elif not isinstance(body, dict):
-            fake._record(base)
-            self._send_json(400, HttpError(400, "fake: body must be a JSON object").body)
-        else:
+        elif not self._refused(base, body, self.command == "POST" and route == RESPONSES_PATH):
             self._respond(base, body)
 
     def _respond(self, base: RecordedRequest, body: dict[str, Any]) -> None:
@@ -509,7 +495,7 @@ class _Stream:
         self.event("response.output_item.done", {"output_index": index, "item": done})
 
     def delta(self, name: str, payload: dict[str, Any]) -> None:
-        self.pace.send(functools.partial(self.event, name, payload))
+        self.pace.send(self.event, name, payload)
 
     def chunks(self, text: str) -> Iterator[str]:
         return pieces(text, self.step.chunk_size)

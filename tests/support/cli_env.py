@@ -237,6 +237,8 @@ class CliEnv(ServerEnv, Generic[FakeT]):
 
     cli: Path
     fake: FakeT
+    #: the CLI's HOME (its settings, sessions, logs), unless its `cli_vars` put HOME below it
+    cli_home: Path = field(init=False)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -245,6 +247,7 @@ class CliEnv(ServerEnv, Generic[FakeT]):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.cli_home = _mkdir(self.tmp / "cli-home")
         _stub_other_clis(self.tmp / "stub-bin", self.backend)
         self.setup()
 
@@ -252,15 +255,14 @@ class CliEnv(ServerEnv, Generic[FakeT]):
         """Write the CLI's config files (the fake is running)."""
 
     def cli_vars(self) -> dict[str, str]:
-        """The variables that point the CLI at the fake; HOME among them."""
+        """The variables that point the CLI at the fake."""
         raise NotImplementedError
 
     def env(self, **extra: str) -> dict[str, str]:
-        cli = self.cli_vars()
-        assert "HOME" in cli, "the CLI must get a HOME of its own"
         # As in CI (scripts/test): the pinned CLI's directory first on PATH, behind the stubs.
         path = [str(self.tmp / "stub-bin"), str(self.cli.parent), os.environ.get("PATH", "")]
-        return {"LANG": "C.UTF-8", **cli, **super().env(PATH=os.pathsep.join(path), **extra)}
+        cli = {"LANG": "C.UTF-8", "HOME": str(self.cli_home), **self.cli_vars()}
+        return {**cli, **super().env(PATH=os.pathsep.join(path), **extra)}
 
     async def open_thread(self, srv: ServerProcess, **params: Any) -> str:
         """`initialize`, then thread/start on this backend in the work dir."""
