@@ -28,7 +28,7 @@ from tests.support.client import (
     survivors,
     wait_gone,
 )
-from threadline.backends.registry import SPECS
+from threadline.backends.registry import BACKEND_IDS, SPECS
 from threadline.backends.spec import BackendSpec
 
 pytestmark = pytest.mark.e2e
@@ -82,7 +82,7 @@ async def test_bad_agent_backend_refuses_to_start(home: Path) -> None:
     assert done.stdout == b""
     err = done.stderr.decode()
     assert "AGENT_BACKEND" in err and "bogus" in err
-    for valid in ("claude", "codex", "gemini", "opencode"):
+    for valid in BACKEND_IDS:
         assert valid in err
 
 
