@@ -2,9 +2,11 @@
 drive gemini (tests/conftest.py registers the markers and applies them at collection).
 
 A test drives backend `<id>` when it uses that CLI's fixture (`<id>`, `<id>_bin`,
-`<id>_env`), when a parameter names the backend (`"gemini"`, or a mode of it such as the fault
-matrix's `"gemini-headless"`), or when its module imports that backend's code
-(`threadline.backends.<id>...`, unit tests of its mapping or session)."""
+`<id>_env`); when a parameter names the backend (its `BackendSpec`, `"gemini"`, or a mode of it
+such as the fault matrix's `"gemini-headless"`; a parameter `mode` names a mode, and "acp" is a
+mode of several backends as well as the generic backend's id); when its module is named after
+it (`test_<id>.py`, `test_<id>_*.py`); or when its module imports that backend's code
+(`threadline.backends.<id>...`: unit tests of its mapping or session)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from types import ModuleType
 import pytest
 
 from threadline.backends.registry import BACKEND_IDS, SPECS
+from threadline.backends.spec import BackendSpec
 
 __all__ = ["backends_driven", "mark_backends", "register_markers"]
 
@@ -25,12 +28,21 @@ def register_markers(config: pytest.Config) -> None:
         )
 
 
-def _backend_named(value: object) -> str | None:
-    """The backend a parameter value names ("gemini", "gemini-headless"), if any."""
-    if not isinstance(value, str):
+def _backend_named(name: str, value: object) -> str | None:
+    """The backend the parameter `name` = `value` names (a spec, "gemini", "gemini-headless")."""
+    if isinstance(value, BackendSpec):
+        return value.id
+    if not isinstance(value, str) or name == "mode":
         return None
-    base = value.partition("-")[0]
-    return base if base in BACKEND_IDS else None
+    base, _, mode = value.partition("-")
+    return base if base in SPECS and (not mode or mode in SPECS[base].modes) else None
+
+
+def _named_after(module: ModuleType) -> str | None:
+    """The backend a test module is named after (test_gemini.py, test_acp_generic.py)."""
+    stem = module.__name__.rpartition(".")[2]
+    base = stem.removeprefix("test_").partition("_")[0]
+    return base if stem.startswith("test_") and base in BACKEND_IDS else None
 
 
 @functools.cache
@@ -55,10 +67,11 @@ def backends_driven(item: pytest.Item) -> set[str]:
     } & set(BACKEND_IDS)
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        found |= {b for v in callspec.params.values() if (b := _backend_named(v))}
+        found |= {b for n, v in callspec.params.items() if (b := _backend_named(n, v))}
     module = getattr(item, "module", None)
     if module is not None:
         found |= _imported_backends(module)
+        found |= {b for b in (_named_after(module),) if b}
     return found
 
 

@@ -48,3 +48,6 @@ def test_a_marker_per_backend_selects_its_tests() -> None:
         "tests/unit/test_claude_mapping.py",
     }, claude
     assert not set(claude) & set(gemini)
+    # a test module named after the generic acp backend; gemini's `acp` mode is not that backend
+    acp = selected("acp")
+    assert {line.split("::")[0] for line in acp} == {"tests/unit/test_acp_mapping.py"}, acp
