@@ -41,7 +41,6 @@ from tests.support.events import (
     turn,
 )
 from tests.support.missing_cli import check_missing_cli
-from tests.support.tools import cli_versions
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
@@ -94,9 +93,7 @@ async def test_streamed_text_thinking_and_role(
     )
     async with env.server(nursery) as srv:
         init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "claude"]
-        assert info["available"] is True, info
-        assert info["version"] == cli_versions()["claude"] and info["path"] == str(env.cli), info
+        env.reported(init)
         tid = await srv.start_thread(env.work, modelProvider="claude", developerInstructions=ROLE)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, "first question")

@@ -51,7 +51,6 @@ from tests.support.events import (
     turn,
 )
 from tests.support.missing_cli import check_missing_cli
-from tests.support.tools import cli_versions
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
@@ -123,8 +122,7 @@ async def test_acp_streamed_text_thoughts_and_role(
     )
     async with env.server(nursery) as srv:
         init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "gemini"]
-        assert info["available"] is True and info["version"] == cli_versions()["gemini"], info
+        env.reported(init)
         tid = await srv.start_thread(env.work, modelProvider="gemini", developerInstructions=ROLE)
         t0 = time.monotonic()
         t1, events = await turn(srv, tid, "first question")

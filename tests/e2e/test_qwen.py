@@ -38,7 +38,6 @@ from tests.support.events import (
     turn,
 )
 from tests.support.missing_cli import check_missing_cli
-from tests.support.tools import cli_versions
 from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
@@ -113,9 +112,7 @@ async def test_acp_streams_text_reasoning_role_once_and_usage(
     )
     async with env.server(nursery) as srv:
         init = await srv.initialize()
-        [info] = [b for b in init["backends"] if b["id"] == "qwen"]
-        assert info["available"] is True and info["path"] == str(env.cli), info
-        assert info["version"] == cli_versions()["qwen"], info
+        env.reported(init)
         t0 = time.monotonic()
         tid = await srv.start_thread(env.work, modelProvider="qwen", developerInstructions=ROLE)
         t1, events = await turn(srv, tid, "first question")

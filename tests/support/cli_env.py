@@ -37,7 +37,7 @@ import trio
 
 from tests.fakes._base import FakeServer
 from tests.support.client import ServerProcess, descendants, running_server
-from tests.support.tools import find_cli
+from tests.support.tools import cli_versions, find_cli
 from threadline.backends.registry import SPECS
 
 __all__ = [
@@ -268,6 +268,14 @@ class CliEnv(ServerEnv, Generic[FakeT]):
         """`initialize`, then thread/start on this backend in the work dir."""
         await srv.initialize()
         return await srv.start_thread(self.work, modelProvider=self.backend, **params)
+
+    def reported(self, init: dict[str, Any]) -> dict[str, Any]:
+        """This backend's entry in `initialize.backends[]`, asserted usable: available, at this
+        CLI's path, reporting the version installed for the tests."""
+        [info] = [b for b in init["backends"] if b["id"] == self.backend]
+        assert info["available"] is True and info["path"] == str(self.cli), info
+        assert info["version"] == cli_versions()[str(SPECS[self.backend].cli)], info
+        return info
 
     def script(self, *rules: Any, default: Any = None) -> None:
         """Replace the fake model's script (the fake's own `Rule`s and steps)."""
