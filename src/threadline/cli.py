@@ -33,22 +33,6 @@ environment:
                        a longer line is answered with a -32600 error and skipped
 """
 
-ENV_MAX_REQUEST = "THREADLINE_MAX_REQUEST_BYTES"
-
-
-def _max_request_bytes(default: int) -> int:
-    """The request line cap from THREADLINE_MAX_REQUEST_BYTES (ValueError if malformed)."""
-    raw = os.environ.get(ENV_MAX_REQUEST, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_MAX_REQUEST}={raw!r} is not an integer (bytes)") from None
-    if value <= 0:
-        raise ValueError(f"{ENV_MAX_REQUEST}={raw!r} must be > 0 (bytes)")
-    return value
-
 
 def _setup_logging() -> None:
     import logging
@@ -76,14 +60,12 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     # Only light modules until `initialize` is answered (see server/handshake.py): a client
     # waits for that answer first, and the engine's imports cost more than the answer itself.
     from .home import default_root
-    from .rpc.limits import DEFAULT_MAX_REQUEST
     from .server.config import ConfigError, ServerConfig
     from .server.handshake import answer_first_initialize
 
     try:
         config = ServerConfig.from_env()
-        max_request = _max_request_bytes(DEFAULT_MAX_REQUEST)
-    except (ConfigError, ValueError) as exc:
+    except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
     if config.backend_set:
@@ -120,7 +102,9 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
 
     store = ThreadStore(root)
     set_ledger(ProcessLedger(run_dir))
-    server = Server(config, store, create_backends(), max_request=max_request, handshake=handshake)
+    server = Server(
+        config, store, create_backends(), max_request=config.max_request, handshake=handshake
+    )
     trio.run(serve_stdio, server)
     return 0
 

@@ -184,36 +184,27 @@ class ApprovalRouter:
             return await self._auto(turn_id, request, "accept", "rule", "acceptForSession")
 
         started = started_at_ms if started_at_ms is not None else _now_ms()
+        # Every approval request names its thread, turn and item, and when it started.
+        about: dict[str, Any] = {
+            "thread_id": self.thread_id,
+            "turn_id": turn_id,
+            "item_id": request.item_id,
+            "started_at_ms": started,
+            "reason": request.reason,
+        }
         params: Any
         if request.kind == "command":
             params = CommandExecutionRequestApprovalParams(
-                thread_id=self.thread_id,
-                turn_id=turn_id,
-                item_id=request.item_id,
-                started_at_ms=started,
+                **about,
                 command=request.command,
                 cwd=request.cwd,
                 command_actions=request.command_actions,
-                reason=request.reason,
             )
         elif request.kind == "fileChange":
-            params = FileChangeRequestApprovalParams(
-                thread_id=self.thread_id,
-                turn_id=turn_id,
-                item_id=request.item_id,
-                started_at_ms=started,
-                reason=request.reason,
-                grant_root=request.grant_root,
-            )
+            params = FileChangeRequestApprovalParams(**about, grant_root=request.grant_root)
         else:
             params = ToolRequestApprovalParams(
-                thread_id=self.thread_id,
-                turn_id=turn_id,
-                item_id=request.item_id,
-                started_at_ms=started,
-                tool=request.tool or "unknown",
-                arguments=request.arguments,
-                reason=request.reason,
+                **about, tool=request.tool or "unknown", arguments=request.arguments
             )
         response, timed_out = await self._ask(
             _METHOD[request.kind], params, request.item_id, "waitingOnApproval"

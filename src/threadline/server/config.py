@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..backends.registry import BACKEND_IDS
+from ..rpc.limits import DEFAULT_MAX_REQUEST
 
 __all__ = ["ConfigError", "ServerConfig"]
 
@@ -16,16 +18,24 @@ class ConfigError(Exception):
     """Invalid operator configuration: threadline refuses to start."""
 
 
-def _positive_float(env: Mapping[str, str], name: str) -> float | None:
+_N = TypeVar("_N", int, float)
+
+
+def _positive(
+    env: Mapping[str, str], name: str, parse: Callable[[str], _N], unit: str = ""
+) -> _N | None:
+    """The variable's value as a number > 0, None when unset (ConfigError if malformed)."""
     raw = env.get(name, "").strip()
     if not raw:
         return None
+    kind = "an integer" if parse is int else "a number"
+    suffix = f" ({unit})" if unit else ""
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number (seconds)") from None
+        raise ConfigError(f"{name}={raw!r} is not {kind}{suffix}") from None
     if value <= 0:
-        raise ConfigError(f"{name}={raw!r} must be > 0 (seconds)")
+        raise ConfigError(f"{name}={raw!r} must be > 0{suffix}")
     return value
 
 
@@ -44,6 +54,8 @@ class ServerConfig:
     approval_timeout: float | None = None
     #: How long a native interrupt may take before the CLI's process group is killed.
     interrupt_grace: float = 5.0
+    #: THREADLINE_MAX_REQUEST_BYTES: the longest accepted request line.
+    max_request: int = DEFAULT_MAX_REQUEST
     #: The operator chose the backend (AGENT_BACKEND or BACKEND_CLI_PATH set): its CLI must
     #: be usable before threadline serves anyone.
     backend_set: bool = False
@@ -57,20 +69,11 @@ class ServerConfig:
                 f"AGENT_BACKEND={backend!r} is not a known backend; valid values: "
                 + ", ".join(BACKEND_IDS)
             )
-        max_turns_raw = env.get("BACKEND_MAX_TURNS", "").strip()
-        max_turns = 25
-        if max_turns_raw:
-            try:
-                max_turns = int(max_turns_raw)
-            except ValueError:
-                raise ConfigError(
-                    f"BACKEND_MAX_TURNS={max_turns_raw!r} is not an integer"
-                ) from None
-            if max_turns <= 0:
-                raise ConfigError(f"BACKEND_MAX_TURNS={max_turns_raw!r} must be > 0")
         tools_raw = env.get("ALLOWED_TOOLS", "").strip()
         tools = tuple(t.strip() for t in tools_raw.split(",") if t.strip()) or None
-        grace = _positive_float(env, "THREADLINE_INTERRUPT_GRACE")
+        max_turns = _positive(env, "BACKEND_MAX_TURNS", int)
+        grace = _positive(env, "THREADLINE_INTERRUPT_GRACE", float, "seconds")
+        max_request = _positive(env, "THREADLINE_MAX_REQUEST_BYTES", int, "bytes")
         try:
             cli_args = tuple(shlex.split(env.get("BACKEND_CLI_ARGS", "")))
         except ValueError as exc:
@@ -82,11 +85,12 @@ class ServerConfig:
             cli_path=env.get("BACKEND_CLI_PATH", "").strip() or None,
             cli_args=cli_args,
             model=env.get("BACKEND_MODEL", "").strip() or None,
-            max_turns=max_turns,
+            max_turns=max_turns or 25,
             allowed_tools=tools,
-            turn_timeout=_positive_float(env, "BACKEND_TURN_TIMEOUT"),
-            approval_timeout=_positive_float(env, "THREADLINE_APPROVAL_TIMEOUT"),
-            interrupt_grace=grace if grace is not None else 5.0,
+            turn_timeout=_positive(env, "BACKEND_TURN_TIMEOUT", float, "seconds"),
+            approval_timeout=_positive(env, "THREADLINE_APPROVAL_TIMEOUT", float, "seconds"),
+            interrupt_grace=grace or 5.0,
+            max_request=max_request or DEFAULT_MAX_REQUEST,
             backend_set=bool(
                 env.get("AGENT_BACKEND", "").strip() or env.get("BACKEND_CLI_PATH", "").strip()
             ),

@@ -11,33 +11,13 @@ import json
 import os
 import sys
 import time
+from functools import partialmethod
 from typing import Any, TextIO
 
 import msgspec
 
+from .. import protocol as p
 from ..client import Notification, UnknownNotification
-from ..protocol import (
-    AgentMessageDeltaNotification,
-    AgentMessageItem,
-    CommandExecutionItem,
-    CommandExecutionOutputDeltaNotification,
-    DynamicToolCallItem,
-    ErrorNotification,
-    FileChangeItem,
-    ItemCompletedNotification,
-    ItemStartedNotification,
-    McpToolCallItem,
-    PlanItem,
-    ReasoningItem,
-    ReasoningSummaryPartAddedNotification,
-    ReasoningSummaryTextDeltaNotification,
-    ReasoningTextDeltaNotification,
-    ThreadItem,
-    TurnCompletedNotification,
-    TurnPlanUpdatedNotification,
-    WarningNotification,
-    WebSearchItem,
-)
 
 __all__ = ["Renderer", "Style"]
 
@@ -53,23 +33,12 @@ class Style:
     def _wrap(self, code: str, text: str) -> str:
         return f"\x1b[{code}m{text}\x1b[0m" if self.enabled and text else text
 
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def red(self, text: str) -> str:
-        return self._wrap("31", text)
-
-    def green(self, text: str) -> str:
-        return self._wrap("32", text)
-
-    def yellow(self, text: str) -> str:
-        return self._wrap("33", text)
-
-    def cyan(self, text: str) -> str:
-        return self._wrap("36", text)
+    dim = partialmethod(_wrap, "2")
+    bold = partialmethod(_wrap, "1")
+    red = partialmethod(_wrap, "31")
+    green = partialmethod(_wrap, "32")
+    yellow = partialmethod(_wrap, "33")
+    cyan = partialmethod(_wrap, "36")
 
     @classmethod
     def for_stream(cls, stream: TextIO) -> Style:
@@ -87,7 +56,7 @@ class Renderer:
         self._block: str | None = None  # "text" | "reasoning" | "output"
         self._at_line_start = True
         #: Items seen by id, so an approval prompt can describe the item it is about.
-        self.items: dict[str, ThreadItem] = {}
+        self.items: dict[str, p.ThreadItem] = {}
         self.last_output = time.monotonic()
         self.current: str | None = None  # what the agent is doing, for the progress line
         #: A turn's final error, held so the turn's last line reports it once.
@@ -126,41 +95,41 @@ class Renderer:
             self._json(n)
             return
         match n:
-            case AgentMessageDeltaNotification(delta=delta):
+            case p.AgentMessageDeltaNotification(delta=delta):
                 self._enter("text")
                 self.write(delta)
             case (
-                ReasoningSummaryTextDeltaNotification(delta=delta)
-                | ReasoningTextDeltaNotification(delta=delta)
+                p.ReasoningSummaryTextDeltaNotification(delta=delta)
+                | p.ReasoningTextDeltaNotification(delta=delta)
             ):
                 self._enter("reasoning", self.style.dim("thinking: "))
                 self.write(self.style.dim(delta))
-            case ReasoningSummaryPartAddedNotification():
+            case p.ReasoningSummaryPartAddedNotification():
                 if self._block == "reasoning":
                     self.write("\n" + self.style.dim("thinking: "))
-            case CommandExecutionOutputDeltaNotification(delta=delta):
+            case p.CommandExecutionOutputDeltaNotification(delta=delta):
                 self._enter("output")
                 self.write(self.style.dim(delta))
-            case ItemStartedNotification(item=item):
+            case p.ItemStartedNotification(item=item):
                 self.items[item.id] = item
                 self._started(item)
-            case ItemCompletedNotification(item=item):
+            case p.ItemCompletedNotification(item=item):
                 self.items[item.id] = item
                 self._completed(item)
-            case TurnPlanUpdatedNotification(plan=plan, explanation=explanation):
+            case p.TurnPlanUpdatedNotification(plan=plan, explanation=explanation):
                 marks = {"completed": "[x]", "inProgress": "[>]", "pending": "[ ]"}
                 lines = [self.style.bold("plan:")] + ([f"  {explanation}"] if explanation else [])
                 lines += [f"  {marks.get(step.status, '[ ]')} {step.step}" for step in plan]
                 self.line("\n".join(lines))
-            case ErrorNotification(error=error, will_retry=will_retry):
+            case p.ErrorNotification(error=error, will_retry=will_retry):
                 if will_retry:
                     self.line(self.style.red(f"error: {error.message} (retrying)"))
                 else:
                     # The turn's end says it once: `— failed: <the same message>`.
                     self._final_error = error.message
-            case WarningNotification(message=message):
+            case p.WarningNotification(message=message):
                 self.line(self.style.yellow(f"warning: {message}"))
-            case TurnCompletedNotification(turn=turn):
+            case p.TurnCompletedNotification(turn=turn):
                 self._turn_completed(turn.status, turn.error.message if turn.error else None)
             case _:
                 pass
@@ -175,52 +144,52 @@ class Renderer:
             params = msgspec.json.decode(_ENCODER.encode(n))
         self.write(json.dumps({"method": method, "params": params}, ensure_ascii=False) + "\n")
 
-    def _started(self, item: ThreadItem) -> None:
+    def _started(self, item: p.ThreadItem) -> None:
         s = self.style
         match item:
-            case CommandExecutionItem(command=command):
+            case p.CommandExecutionItem(command=command):
                 self.current = f"running: {command}"
                 self.line(s.cyan(f"$ {command}"))
                 self._block = "output"
-            case FileChangeItem(changes=changes):
+            case p.FileChangeItem(changes=changes):
                 self.current = "changing files"
                 for change in changes:
                     self.line(s.bold(f"~ {change.path} ({_kind(change.kind)})"))
                     self.diff(change.diff)
-            case DynamicToolCallItem(tool=tool, arguments=arguments):
+            case p.DynamicToolCallItem(tool=tool, arguments=arguments):
                 self.current = f"tool: {tool}"
                 self.line(s.cyan(f"» {tool} {_short_json(arguments)}"))
-            case McpToolCallItem(server=server, tool=tool, arguments=arguments):
+            case p.McpToolCallItem(server=server, tool=tool, arguments=arguments):
                 self.current = f"tool: {server}.{tool}"
                 self.line(s.cyan(f"» {server}.{tool} {_short_json(arguments)}"))
-            case WebSearchItem(query=query):
+            case p.WebSearchItem(query=query):
                 self.current = "searching the web"
                 self.line(s.cyan(f"» web search: {query}"))
-            case ReasoningItem():
+            case p.ReasoningItem():
                 self.current = "thinking"
-            case AgentMessageItem():
+            case p.AgentMessageItem():
                 self.current = "writing"
             case _:
                 pass
 
-    def _completed(self, item: ThreadItem) -> None:
+    def _completed(self, item: p.ThreadItem) -> None:
         s = self.style
         match item:
-            case CommandExecutionItem(status=status, exit_code=code):
+            case p.CommandExecutionItem(status=status, exit_code=code):
                 if status == "completed" and code == 0:
                     self.line(s.dim("(exit 0)"))
                 elif status == "declined":
                     self.line(s.yellow("(declined)"))
                 else:
                     self.line(s.red(f"({status}, exit {code})"))
-            case FileChangeItem(status=status, changes=changes):
+            case p.FileChangeItem(status=status, changes=changes):
                 paths = ", ".join(c.path for c in changes)
                 paint = s.dim if status == "completed" else s.yellow
                 self.line(paint(f"({status}: {paths})"))
-            case DynamicToolCallItem(status=status) | McpToolCallItem(status=status):
+            case p.DynamicToolCallItem(status=status) | p.McpToolCallItem(status=status):
                 if status != "completed":
                     self.line(s.yellow(f"({status})"))
-            case PlanItem(text=text):
+            case p.PlanItem(text=text):
                 self.line(s.bold("plan: ") + text)
             case _:
                 pass

@@ -7,7 +7,7 @@ from ...backends.acp.agents import KNOWN_AGENTS
 from ...backends.base import Backend
 from ...backends.instances import create_backends
 from ...backends.registry import SPECS
-from .markdown import HEADER, cell, yes
+from .markdown import HEADER, cell, table, yes
 from .prose import (
     ACP_AGENTS_INTRO,
     BACKENDS_COLUMNS,
@@ -36,56 +36,69 @@ def _default_mark(backend: Backend, mode: str) -> str:
 
 
 def _matrix(backends: list[Backend]) -> list[str]:
-    out = [
-        "| backend | mode | approvals | cancel | resume | streamed deltas | reasoning | images |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["backend", "mode", "approvals", "cancel", "resume", "streamed deltas"]
+    rows = []
     for backend in backends:
         for mode in backend.modes:
             caps = backend.capabilities(mode)
-            out.append(
-                f"| `{backend.id}` | `{mode}`{_default_mark(backend, mode)} "
-                f"| {'interactive' if caps.approvals else 'policy only'} "
-                f"| {'native interrupt' if caps.interrupt else 'kill process group'} "
-                f"| {yes(caps.resume)} | {yes(caps.deltas)} | {yes(caps.reasoning)} "
-                f"| {yes(caps.images)} |"
+            rows.append(
+                [
+                    f"`{backend.id}`",
+                    f"`{mode}`{_default_mark(backend, mode)}",
+                    "interactive" if caps.approvals else "policy only",
+                    "native interrupt" if caps.interrupt else "kill process group",
+                    *(
+                        yes(flag)
+                        for flag in (caps.resume, caps.deltas, caps.reasoning, caps.images)
+                    ),
+                ]
             )
-    return out
+    return table([*header, "reasoning", "images"], rows)
 
 
 def _invocations(backend: Backend) -> list[str]:
     """How threadline runs the backend's CLI in each mode, and how the role reaches it."""
-    out = [f"### `{backend.id}` — {backend.display_name}", ""]
-    out += ["| mode | invocation | role injection |", "|---|---|---|"]
+    rows = []
     for mode in backend.modes:
         caps = backend.capabilities(mode)
-        out.append(
-            f"| `{mode}`{_default_mark(backend, mode)} | {cell(caps.invocation) or '—'} "
-            f"| {cell(caps.role_injection) or '—'} |"
+        rows.append(
+            [
+                f"`{mode}`{_default_mark(backend, mode)}",
+                cell(caps.invocation) or "—",
+                cell(caps.role_injection) or "—",
+            ]
         )
-    return [*out, ""]
+    heading = [f"### `{backend.id}` — {backend.display_name}", ""]
+    return [*heading, *table(["mode", "invocation", "role injection"], rows), ""]
 
 
 def _acp_agents() -> list[str]:
     """The agents known to work through the generic `acp` backend, and how to start each."""
-    out = ["## ACP agents known to work", "", *ACP_AGENTS_INTRO, ""]
-    out += ["| agent | command | install | tested here | note |", "|---|---|---|---|---|"]
-    for agent in KNOWN_AGENTS:
-        out.append(
-            f"| {agent.name} | `{agent.command}` | {cell(agent.install)} "
-            f"| {yes(agent.tested)} | {cell(agent.note) or '—'} |"
-        )
-    return [*out, ""]
+    rows = [
+        [
+            agent.name,
+            f"`{agent.command}`",
+            cell(agent.install),
+            yes(agent.tested),
+            cell(agent.note) or "—",
+        ]
+        for agent in KNOWN_AGENTS
+    ]
+    header = ["agent", "command", "install", "tested here", "note"]
+    return ["## ACP agents known to work", "", *ACP_AGENTS_INTRO, "", *table(header, rows), ""]
 
 
 def _versions_tested() -> list[str]:
     """The CLI versions the tests run against, from the specs' pins."""
-    out = ["## Versions tested", "", *VERSIONS_INTRO, ""]
-    out += ["| backend | npm package | pinned | oldest tested |", "|---|---|---|---|"]
-    for spec in SPECS.values():
-        if spec.npm_package:
-            out.append(
-                f"| `{spec.id}` | `{spec.npm_package}` | {spec.pinned_version} "
-                f"| {spec.oldest_tested} |"
-            )
-    return out
+    rows = [
+        [
+            f"`{spec.id}`",
+            f"`{spec.npm_package}`",
+            spec.pinned_version or "",
+            spec.oldest_tested or "",
+        ]
+        for spec in SPECS.values()
+        if spec.npm_package
+    ]
+    header = ["backend", "npm package", "pinned", "oldest tested"]
+    return ["## Versions tested", "", *VERSIONS_INTRO, "", *table(header, rows)]

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["HEADER", "anchor", "cell", "json_block", "method_anchor", "text_block", "yes"]
+__all__ = [
+    "HEADER",
+    "anchor",
+    "cell",
+    "json_block",
+    "method_anchor",
+    "table",
+    "text_block",
+    "yes",
+]
 
 HEADER = "<!-- generated — do not edit; run `threadline docs --out docs` -->\n"
 
@@ -17,6 +27,16 @@ def yes(flag: bool) -> str:
 def cell(text: str) -> str:
     """Text that stays inside one table cell."""
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table: the header, its rule, then one line per row (cells as given)."""
+    rule = "|" + "---|" * len(header)
+    return [_row(header), rule, *(_row(row) for row in rows)]
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def anchor(name: str) -> str:
