@@ -509,7 +509,7 @@ log_entries: st.SearchStrategy[LogEntry] = st.one_of(
     st.builds(
         TurnCompletedEntry,
         turn_id=turn_ids,
-        status=st.text(),
+        status=st.sampled_from(["completed", "interrupted", "failed"]),
         completed_at=ints,
         duration_ms=st.none() | ints,
         error=st.just(Raw()) | raw_objects,

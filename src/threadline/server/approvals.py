@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import msgspec
 import trio
@@ -81,6 +81,10 @@ def parse_rules(raw: Any) -> list[ApprovalRule]:
         raise ValueError(f"config.approvalRules: {exc}") from None
 
 
+def _is_decision(value: object) -> TypeGuard[ApprovalDecision]:
+    return isinstance(value, str) and value in _DECISIONS
+
+
 def parse_decision(response: PeerResponse) -> ApprovalDecision:
     """The client's answer → a decision; anything unexpected is `decline`."""
     if response.error is not None or not response.result:
@@ -90,8 +94,8 @@ def parse_decision(response: PeerResponse) -> ApprovalDecision:
     except msgspec.DecodeError:
         return "decline"
     decision = payload.get("decision") if isinstance(payload, dict) else None
-    if isinstance(decision, str) and decision in _DECISIONS:
-        return decision  # type: ignore[return-value]
+    if _is_decision(decision):
+        return decision
     if isinstance(decision, dict) and len(decision) == 1:
         # Codex's amendment forms approve the command (we do not persist the amendment).
         (key,) = decision

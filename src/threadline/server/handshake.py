@@ -20,7 +20,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -103,10 +103,17 @@ def initialize_response(
         ),
         codex_home=str(root),
         platform_family="windows" if os.name == "nt" else "unix",
-        platform_os={"Darwin": "macos", "Windows": "windows"}.get(system, "linux"),  # type: ignore[arg-type]
+        platform_os=_platform_os(system),
         server_info=ServerInfo(name="threadline", version=__version__),
         backends=backends,
     )
+
+
+def _platform_os(system: str) -> Literal["linux", "macos", "windows"]:
+    """`platform.system()` as Codex names the OS; anything not macOS or Windows is linux."""
+    if system == "Darwin":
+        return "macos"
+    return "windows" if system == "Windows" else "linux"
 
 
 def opt_out_methods(params: InitializeParams) -> frozenset[str]:

@@ -432,7 +432,7 @@ class ThreadService:
             turns.append(
                 Turn(
                     id=view.turn_id,
-                    status=view.status,  # type: ignore[arg-type]
+                    status=view.status,
                     items=items,
                     items_view="full",
                     error=error,

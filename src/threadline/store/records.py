@@ -8,7 +8,7 @@ file written by a newer threadline still loads here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import Raw
@@ -75,8 +75,13 @@ class ItemEntry(_LogEntryBase, tag="item", kw_only=True):
 NO_ERROR = Raw()
 
 
+#: How a turn ended; a view of a turn still running is "inProgress".
+TurnEnd = Literal["completed", "interrupted", "failed"]
+TurnViewStatus = TurnEnd | Literal["inProgress"]
+
+
 class TurnCompletedEntry(_LogEntryBase, tag="turnCompleted", kw_only=True):
-    status: str  # "completed" | "interrupted" | "failed"
+    status: TurnEnd
     completed_at: int  # unix seconds
     duration_ms: int | None = None
     # Encoded TurnError JSON, or empty. Not `Raw | None`: msgspec cannot decode that union.
@@ -90,7 +95,7 @@ class TurnView(msgspec.Struct, kw_only=True):
     """One turn as reconstructed from the log."""
 
     turn_id: str
-    status: str  # "completed" | "interrupted" | "failed" | "inProgress"
+    status: TurnViewStatus
     started_at: int | None = None  # None if the start line was lost (torn/corrupt)
     completed_at: int | None = None
     duration_ms: int | None = None
@@ -98,8 +103,8 @@ class TurnView(msgspec.Struct, kw_only=True):
     items: list[Raw] = []
 
 
-INTERRUPTED = "interrupted"
-IN_PROGRESS = "inProgress"
+INTERRUPTED: TurnEnd = "interrupted"
+IN_PROGRESS: TurnViewStatus = "inProgress"
 
 
 def turns_from_log(
