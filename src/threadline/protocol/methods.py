@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .base import Base
+from .base import Base, TurnScoped
 from .common import (
     AskForApproval,
     SandboxMode,
@@ -236,11 +236,8 @@ class TurnStartResponse(Base, kw_only=True):
     turn: Turn
 
 
-class TurnInterruptParams(Base, kw_only=True):
+class TurnInterruptParams(TurnScoped, kw_only=True):
     """Params of `turn/interrupt` and of its alias `turn/cancel`."""
-
-    thread_id: str
-    turn_id: str
 
 
 class TurnInterruptResponse(Base, kw_only=True):
