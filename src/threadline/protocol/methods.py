@@ -128,7 +128,8 @@ class InitializeResponse(Base, kw_only=True):
 # -- threads -------------------------------------------------------------------------------------
 
 
-class ThreadStartParams(Base, kw_only=True):
+class _ThreadSettings(Base, kw_only=True):
+    # What thread/start and thread/resume both set for the thread.
     model: str | None = None
     model_provider: str | None = None
     cwd: str | None = None
@@ -139,6 +140,9 @@ class ThreadStartParams(Base, kw_only=True):
     base_instructions: str | None = None
     developer_instructions: str | None = None
     personality: str | None = None
+
+
+class ThreadStartParams(_ThreadSettings, kw_only=True):
     ephemeral: bool | None = None
     service_name: str | None = None
     service_tier: str | None = None
@@ -154,18 +158,8 @@ class ThreadStartResponse(Base, kw_only=True):
     sandbox: SandboxPolicy
 
 
-class ThreadResumeParams(Base, kw_only=True):
+class ThreadResumeParams(_ThreadSettings, kw_only=True):
     thread_id: str
-    model: str | None = None
-    model_provider: str | None = None
-    cwd: str | None = None
-    approval_policy: AskForApproval | None = None
-    approvals_reviewer: str | None = None
-    sandbox: SandboxMode | None = None
-    config: dict[str, Any] | None = None
-    base_instructions: str | None = None
-    developer_instructions: str | None = None
-    personality: str | None = None
     exclude_turns: bool = False
 
 
