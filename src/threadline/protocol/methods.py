@@ -5,7 +5,7 @@ fields: `modelProvider` = backend id, `model` = that CLI's model, backend option
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from .base import Base, TurnScoped
 from .common import (
@@ -49,6 +49,8 @@ __all__ = [
     "TurnStartParams",
     "TurnStartResponse",
 ]
+
+_T = TypeVar("_T")
 
 
 class EmptyParams(Base, kw_only=True):
@@ -167,9 +169,19 @@ class ThreadResumeResponse(ThreadStartResponse, kw_only=True):
     pass
 
 
-class ThreadListParams(Base, kw_only=True):
+class _PageParams(Base, kw_only=True):
+    # The request of a cursor-paged list: `cursor` is the `nextCursor` of the page before.
     cursor: str | None = None
     limit: int | None = None
+
+
+class _Page(Base, Generic[_T], kw_only=True):
+    # One page of a cursor-paged list; no `nextCursor` on the last.
+    data: list[_T]
+    next_cursor: str | None = None
+
+
+class ThreadListParams(_PageParams, kw_only=True):
     sort_key: Literal["created_at", "updated_at", "recency_at", "section_position"] | None = None
     sort_direction: Literal["asc", "desc"] | None = None
     archived: bool | None = None
@@ -178,9 +190,8 @@ class ThreadListParams(Base, kw_only=True):
     search_term: str | None = None
 
 
-class ThreadListResponse(Base, kw_only=True):
-    data: list[Thread]
-    next_cursor: str | None = None
+class ThreadListResponse(_Page[Thread], kw_only=True):
+    pass
 
 
 class ThreadReadParams(Base, kw_only=True):
@@ -200,14 +211,12 @@ class ThreadArchiveResponse(Base, kw_only=True):
     pass
 
 
-class ThreadLoadedListParams(Base, kw_only=True):
-    cursor: str | None = None
-    limit: int | None = None
+class ThreadLoadedListParams(_PageParams, kw_only=True):
+    pass
 
 
-class ThreadLoadedListResponse(Base, kw_only=True):
-    data: list[str]
-    next_cursor: str | None = None
+class ThreadLoadedListResponse(_Page[str], kw_only=True):
+    pass
 
 
 # -- turns -----------------------------------------------------------------------------------------
@@ -241,9 +250,7 @@ class TurnInterruptResponse(Base, kw_only=True):
 # -- models ---------------------------------------------------------------------------------
 
 
-class ModelListParams(Base, kw_only=True):
-    cursor: str | None = None
-    limit: int | None = None
+class ModelListParams(_PageParams, kw_only=True):
     include_hidden: bool | None = None
     model_provider: str | None = None
 
@@ -264,9 +271,8 @@ class Model(Base, kw_only=True):
     supported_reasoning_efforts: list[ReasoningEffortOption]
 
 
-class ModelListResponse(Base, kw_only=True):
-    data: list[Model]
-    next_cursor: str | None = None
+class ModelListResponse(_Page[Model], kw_only=True):
+    pass
 
 
 #: method → (params type, result type). `turn/cancel` is threadline's name for Codex's
