@@ -7,6 +7,7 @@ from typing import Literal
 from .base import Base, ItemScoped, RequestId, TurnScoped
 from .common import Thread, ThreadStatus, ThreadTokenUsage, Turn, TurnError, TurnPlanStep
 from .items import ThreadItem
+from .server_requests import ApprovalDecision
 
 __all__ = [
     "NOTIFICATIONS",
@@ -150,7 +151,7 @@ class ApprovalAutoDecidedNotification(ItemScoped, kw_only=True):
     `never`, a rule, or the approval timeout)."""
 
     method: str
-    decision: Literal["accept", "acceptForSession", "decline", "cancel"]
+    decision: ApprovalDecision
     reason: Literal["policy", "rule", "timeout", "noClient"]
     rule: str | None = None
 
