@@ -17,8 +17,13 @@ class Base(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
     every subclass repeats it."""
 
 
-# The bases below are field groups, not wire types of their own (not exported, no schema).
-# A subclass's fields follow the inherited ones on the wire and in the schemas.
+# The bases below are not wire types of their own (not exported, no schema). A subclass's
+# fields follow the inherited ones on the wire and in the schemas.
+
+
+class TypeTagged(Base, tag_field="type", kw_only=True):
+    # A variant of a tagged union: its `tag` is the value of the `type` field that selects it.
+    pass
 
 
 class TurnScoped(Base, kw_only=True):
