@@ -55,25 +55,34 @@ class ServerRequest:
         return value if isinstance(value, str) else None
 
 
-_NOTIFICATION_DECODERS = {m: msgspec.json.Decoder(t) for m, t in NOTIFICATIONS.items()}
-_REQUEST_DECODERS = {m: msgspec.json.Decoder(p) for m, (p, _r) in SERVER_REQUESTS.items()}
+_Decoders = dict[str, msgspec.json.Decoder[Base]]
+_NOTIFICATION_DECODERS: _Decoders = {m: msgspec.json.Decoder(t) for m, t in NOTIFICATIONS.items()}
+_REQUEST_DECODERS: _Decoders = {
+    m: msgspec.json.Decoder(p) for m, (p, _r) in SERVER_REQUESTS.items()
+}
 
 
-def decode_notification(method: str, params: msgspec.Raw) -> Notification:
-    decoder = _NOTIFICATION_DECODERS.get(method)
-    if decoder is not None:
-        try:
-            return decoder.decode(params)
-        except msgspec.ValidationError:
-            pass  # a newer server's shape: hand it over untyped rather than drop it
-    return UnknownNotification(method, msgspec.json.decode(params) if params else None)
-
-
-def decode_request_params(method: str, params: msgspec.Raw) -> Any:
-    decoder = _REQUEST_DECODERS.get(method)
+def _decode_typed(decoders: _Decoders, method: str, params: msgspec.Raw) -> Base | None:
+    """The params as their method's Struct; None for a method this client does not know or a
+    shape its Struct rejects (a newer server's: handed over untyped rather than dropped)."""
+    decoder = decoders.get(method)
     if decoder is not None:
         try:
             return decoder.decode(params)
         except msgspec.ValidationError:
             pass
+    return None
+
+
+def _decode_untyped(params: msgspec.Raw) -> Any:
     return msgspec.json.decode(params) if params else None
+
+
+def decode_notification(method: str, params: msgspec.Raw) -> Notification:
+    typed = _decode_typed(_NOTIFICATION_DECODERS, method, params)
+    return typed if typed is not None else UnknownNotification(method, _decode_untyped(params))
+
+
+def decode_request_params(method: str, params: msgspec.Raw) -> Any:
+    typed = _decode_typed(_REQUEST_DECODERS, method, params)
+    return typed if typed is not None else _decode_untyped(params)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .base import Base
+from .base import Base, TypeTagged
 from .items import ThreadItem
 
 __all__ = [
@@ -51,23 +51,19 @@ AskForApproval = ApprovalPolicy | GranularApproval
 SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
 
 
-class _SandboxBase(Base, tag_field="type", kw_only=True):
+class DangerFullAccessSandbox(TypeTagged, tag="dangerFullAccess", kw_only=True):
     pass
 
 
-class DangerFullAccessSandbox(_SandboxBase, tag="dangerFullAccess", kw_only=True):
-    pass
-
-
-class ReadOnlySandbox(_SandboxBase, tag="readOnly", kw_only=True):
+class ReadOnlySandbox(TypeTagged, tag="readOnly", kw_only=True):
     network_access: bool | None = None
 
 
-class ExternalSandbox(_SandboxBase, tag="externalSandbox", kw_only=True):
+class ExternalSandbox(TypeTagged, tag="externalSandbox", kw_only=True):
     network_access: Literal["restricted", "enabled"] | None = None
 
 
-class WorkspaceWriteSandbox(_SandboxBase, tag="workspaceWrite", kw_only=True):
+class WorkspaceWriteSandbox(TypeTagged, tag="workspaceWrite", kw_only=True):
     writable_roots: list[str] | None = None
     network_access: bool | None = None
     exclude_tmpdir_env_var: bool | None = None
@@ -115,23 +111,19 @@ class TurnPlanStep(Base, kw_only=True):
 ThreadActiveFlag = Literal["waitingOnApproval", "waitingOnUserInput"]
 
 
-class _StatusBase(Base, tag_field="type", kw_only=True):
+class ThreadNotLoaded(TypeTagged, tag="notLoaded", kw_only=True):
     pass
 
 
-class ThreadNotLoaded(_StatusBase, tag="notLoaded", kw_only=True):
+class ThreadIdle(TypeTagged, tag="idle", kw_only=True):
     pass
 
 
-class ThreadIdle(_StatusBase, tag="idle", kw_only=True):
+class ThreadSystemError(TypeTagged, tag="systemError", kw_only=True):
     pass
 
 
-class ThreadSystemError(_StatusBase, tag="systemError", kw_only=True):
-    pass
-
-
-class ThreadActive(_StatusBase, tag="active", kw_only=True):
+class ThreadActive(TypeTagged, tag="active", kw_only=True):
     # Required (also when empty), as in Codex.
     active_flags: list[ThreadActiveFlag]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .base import Base
+from .base import Base, TypeTagged
 
 __all__ = [
     "ByteRange",
@@ -28,33 +28,29 @@ class TextElement(Base, kw_only=True):
     placeholder: str | None = None
 
 
-class _InputBase(Base, tag_field="type", kw_only=True):
-    pass
-
-
-class TextInput(_InputBase, tag="text", kw_only=True):
+class TextInput(TypeTagged, tag="text", kw_only=True):
     text: str
     # Codex spells this one field in snake_case.
     text_elements: list[TextElement] | None = msgspec.field(default=None, name="text_elements")
 
 
-class ImageInput(_InputBase, tag="image", kw_only=True):
+class ImageInput(TypeTagged, tag="image", kw_only=True):
     url: str | None = None
     file_id: str | None = None
     detail: str | None = None
 
 
-class LocalImageInput(_InputBase, tag="localImage", kw_only=True):
+class LocalImageInput(TypeTagged, tag="localImage", kw_only=True):
     path: str
     detail: str | None = None
 
 
-class SkillInput(_InputBase, tag="skill", kw_only=True):
+class SkillInput(TypeTagged, tag="skill", kw_only=True):
     name: str
     path: str
 
 
-class MentionInput(_InputBase, tag="mention", kw_only=True):
+class MentionInput(TypeTagged, tag="mention", kw_only=True):
     name: str
     path: str
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .base import Base
+from .base import Base, TypeTagged
 from .inputs import UserInput
 
 __all__ = [
@@ -54,7 +54,7 @@ ToolCallStatus = Literal["inProgress", "completed", "failed"]
 # -- command actions (parsed summary of a shell command, for display) ------------------------
 
 
-class _ActionBase(Base, tag_field="type", kw_only=True):
+class _ActionBase(TypeTagged, kw_only=True):
     command: str
 
 
@@ -82,19 +82,15 @@ CommandAction = ReadAction | ListFilesAction | SearchAction | UnknownAction
 # -- file changes --------------------------------------------------------------------------------
 
 
-class _PatchKindBase(Base, tag_field="type", kw_only=True):
+class PatchKindAdd(TypeTagged, tag="add", kw_only=True):
     pass
 
 
-class PatchKindAdd(_PatchKindBase, tag="add", kw_only=True):
+class PatchKindDelete(TypeTagged, tag="delete", kw_only=True):
     pass
 
 
-class PatchKindDelete(_PatchKindBase, tag="delete", kw_only=True):
-    pass
-
-
-class PatchKindUpdate(_PatchKindBase, tag="update", kw_only=True):
+class PatchKindUpdate(TypeTagged, tag="update", kw_only=True):
     # snake_case on the wire, as in Codex.
     move_path: str | None = msgspec.field(default=None, name="move_path")
 
@@ -120,32 +116,28 @@ class McpToolCallError(Base, kw_only=True):
     message: str
 
 
-class ToolOutputText(Base, tag_field="type", tag="inputText", kw_only=True):
+class ToolOutputText(TypeTagged, tag="inputText", kw_only=True):
     text: str
 
 
 # -- web search actions --------------------------------------------------------------------------
 
 
-class _WebActionBase(Base, tag_field="type", kw_only=True):
-    pass
-
-
-class WebSearchActionSearch(_WebActionBase, tag="search", kw_only=True):
+class WebSearchActionSearch(TypeTagged, tag="search", kw_only=True):
     query: str | None = None
     queries: list[str] | None = None
 
 
-class WebSearchActionOpenPage(_WebActionBase, tag="openPage", kw_only=True):
+class WebSearchActionOpenPage(TypeTagged, tag="openPage", kw_only=True):
     url: str | None = None
 
 
-class WebSearchActionFindInPage(_WebActionBase, tag="findInPage", kw_only=True):
+class WebSearchActionFindInPage(TypeTagged, tag="findInPage", kw_only=True):
     url: str | None = None
     pattern: str | None = None
 
 
-class WebSearchActionOther(_WebActionBase, tag="other", kw_only=True):
+class WebSearchActionOther(TypeTagged, tag="other", kw_only=True):
     pass
 
 
@@ -160,7 +152,7 @@ WebSearchAction = (
 # -- items -----------------------------------------------------------------------------------------
 
 
-class _ItemBase(Base, tag_field="type", kw_only=True):
+class _ItemBase(TypeTagged, kw_only=True):
     id: str
 
 

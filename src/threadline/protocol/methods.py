@@ -5,9 +5,9 @@ fields: `modelProvider` = backend id, `model` = that CLI's model, backend option
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
-from .base import Base
+from .base import Base, TurnScoped
 from .common import (
     AskForApproval,
     SandboxMode,
@@ -49,6 +49,8 @@ __all__ = [
     "TurnStartParams",
     "TurnStartResponse",
 ]
+
+_T = TypeVar("_T")
 
 
 class EmptyParams(Base, kw_only=True):
@@ -128,7 +130,8 @@ class InitializeResponse(Base, kw_only=True):
 # -- threads -------------------------------------------------------------------------------------
 
 
-class ThreadStartParams(Base, kw_only=True):
+class _ThreadSettings(Base, kw_only=True):
+    # What thread/start and thread/resume both set for the thread.
     model: str | None = None
     model_provider: str | None = None
     cwd: str | None = None
@@ -139,6 +142,9 @@ class ThreadStartParams(Base, kw_only=True):
     base_instructions: str | None = None
     developer_instructions: str | None = None
     personality: str | None = None
+
+
+class ThreadStartParams(_ThreadSettings, kw_only=True):
     ephemeral: bool | None = None
     service_name: str | None = None
     service_tier: str | None = None
@@ -154,18 +160,8 @@ class ThreadStartResponse(Base, kw_only=True):
     sandbox: SandboxPolicy
 
 
-class ThreadResumeParams(Base, kw_only=True):
+class ThreadResumeParams(_ThreadSettings, kw_only=True):
     thread_id: str
-    model: str | None = None
-    model_provider: str | None = None
-    cwd: str | None = None
-    approval_policy: AskForApproval | None = None
-    approvals_reviewer: str | None = None
-    sandbox: SandboxMode | None = None
-    config: dict[str, Any] | None = None
-    base_instructions: str | None = None
-    developer_instructions: str | None = None
-    personality: str | None = None
     exclude_turns: bool = False
 
 
@@ -173,9 +169,19 @@ class ThreadResumeResponse(ThreadStartResponse, kw_only=True):
     pass
 
 
-class ThreadListParams(Base, kw_only=True):
+class _PageParams(Base, kw_only=True):
+    # The request of a cursor-paged list: `cursor` is the `nextCursor` of the page before.
     cursor: str | None = None
     limit: int | None = None
+
+
+class _Page(Base, Generic[_T], kw_only=True):
+    # One page of a cursor-paged list; no `nextCursor` on the last.
+    data: list[_T]
+    next_cursor: str | None = None
+
+
+class ThreadListParams(_PageParams, kw_only=True):
     sort_key: Literal["created_at", "updated_at", "recency_at", "section_position"] | None = None
     sort_direction: Literal["asc", "desc"] | None = None
     archived: bool | None = None
@@ -184,9 +190,8 @@ class ThreadListParams(Base, kw_only=True):
     search_term: str | None = None
 
 
-class ThreadListResponse(Base, kw_only=True):
-    data: list[Thread]
-    next_cursor: str | None = None
+class ThreadListResponse(_Page[Thread], kw_only=True):
+    pass
 
 
 class ThreadReadParams(Base, kw_only=True):
@@ -206,14 +211,12 @@ class ThreadArchiveResponse(Base, kw_only=True):
     pass
 
 
-class ThreadLoadedListParams(Base, kw_only=True):
-    cursor: str | None = None
-    limit: int | None = None
+class ThreadLoadedListParams(_PageParams, kw_only=True):
+    pass
 
 
-class ThreadLoadedListResponse(Base, kw_only=True):
-    data: list[str]
-    next_cursor: str | None = None
+class ThreadLoadedListResponse(_Page[str], kw_only=True):
+    pass
 
 
 # -- turns -----------------------------------------------------------------------------------------
@@ -236,11 +239,8 @@ class TurnStartResponse(Base, kw_only=True):
     turn: Turn
 
 
-class TurnInterruptParams(Base, kw_only=True):
+class TurnInterruptParams(TurnScoped, kw_only=True):
     """Params of `turn/interrupt` and of its alias `turn/cancel`."""
-
-    thread_id: str
-    turn_id: str
 
 
 class TurnInterruptResponse(Base, kw_only=True):
@@ -250,9 +250,7 @@ class TurnInterruptResponse(Base, kw_only=True):
 # -- models ---------------------------------------------------------------------------------
 
 
-class ModelListParams(Base, kw_only=True):
-    cursor: str | None = None
-    limit: int | None = None
+class ModelListParams(_PageParams, kw_only=True):
     include_hidden: bool | None = None
     model_provider: str | None = None
 
@@ -273,9 +271,8 @@ class Model(Base, kw_only=True):
     supported_reasoning_efforts: list[ReasoningEffortOption]
 
 
-class ModelListResponse(Base, kw_only=True):
-    data: list[Model]
-    next_cursor: str | None = None
+class ModelListResponse(_Page[Model], kw_only=True):
+    pass
 
 
 #: method → (params type, result type). `turn/cancel` is threadline's name for Codex's

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .base import Base, RequestId
+from .base import Base, ItemScoped, RequestId, TurnScoped
 from .common import Thread, ThreadStatus, ThreadTokenUsage, Turn, TurnError, TurnPlanStep
 from .items import ThreadItem
+from .server_requests import ApprovalDecision
 
 __all__ = [
     "NOTIFICATIONS",
@@ -53,34 +54,33 @@ class ThreadClosedNotification(Base, kw_only=True):
     thread_id: str
 
 
-class TurnStartedNotification(Base, kw_only=True):
+class _TurnNotification(Base, kw_only=True):
+    # turn/started and turn/completed carry the same payload.
     thread_id: str
     turn: Turn
 
 
-class TurnCompletedNotification(Base, kw_only=True):
-    thread_id: str
-    turn: Turn
+class TurnStartedNotification(_TurnNotification, kw_only=True):
+    pass
 
 
-class ItemStartedNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
+class TurnCompletedNotification(_TurnNotification, kw_only=True):
+    pass
+
+
+class _ItemNotification(TurnScoped, kw_only=True):
     item: ThreadItem
+
+
+class ItemStartedNotification(_ItemNotification, kw_only=True):
     started_at_ms: int
 
 
-class ItemCompletedNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item: ThreadItem
+class ItemCompletedNotification(_ItemNotification, kw_only=True):
     completed_at_ms: int
 
 
-class _ItemDelta(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item_id: str
+class _ItemDelta(ItemScoped, kw_only=True):
     delta: str
 
 
@@ -96,10 +96,7 @@ class ReasoningSummaryTextDeltaNotification(_ItemDelta, kw_only=True):
     summary_index: int
 
 
-class ReasoningSummaryPartAddedNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item_id: str
+class ReasoningSummaryPartAddedNotification(ItemScoped, kw_only=True):
     summary_index: int
 
 
@@ -115,29 +112,20 @@ class FileChangeOutputDeltaNotification(_ItemDelta, kw_only=True):
     pass
 
 
-class McpToolCallProgressNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item_id: str
+class McpToolCallProgressNotification(ItemScoped, kw_only=True):
     message: str
 
 
-class TurnPlanUpdatedNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
+class TurnPlanUpdatedNotification(TurnScoped, kw_only=True):
     plan: list[TurnPlanStep]
     explanation: str | None = None
 
 
-class TurnDiffUpdatedNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
+class TurnDiffUpdatedNotification(TurnScoped, kw_only=True):
     diff: str
 
 
-class ThreadTokenUsageUpdatedNotification(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
+class ThreadTokenUsageUpdatedNotification(TurnScoped, kw_only=True):
     token_usage: ThreadTokenUsage
 
 
@@ -158,15 +146,12 @@ class ServerRequestResolvedNotification(Base, kw_only=True):
     request_id: RequestId
 
 
-class ApprovalAutoDecidedNotification(Base, kw_only=True):
+class ApprovalAutoDecidedNotification(ItemScoped, kw_only=True):
     """threadline extension: an approval was decided without asking the client (policy
     `never`, a rule, or the approval timeout)."""
 
-    thread_id: str
-    turn_id: str
-    item_id: str
     method: str
-    decision: Literal["accept", "acceptForSession", "decline", "cancel"]
+    decision: ApprovalDecision
     reason: Literal["policy", "rule", "timeout", "noClient"]
     rule: str | None = None
 

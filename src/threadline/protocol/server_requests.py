@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .base import Base
+from .base import Base, ItemScoped
 from .items import CommandAction
 
 __all__ = [
@@ -29,11 +29,12 @@ __all__ = [
 ApprovalDecision = Literal["accept", "acceptForSession", "decline", "cancel"]
 
 
-class CommandExecutionRequestApprovalParams(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item_id: str
+class _ApprovalParams(ItemScoped, kw_only=True):
+    # When the item being approved started.
     started_at_ms: int
+
+
+class CommandExecutionRequestApprovalParams(_ApprovalParams, kw_only=True):
     kind: Literal["command"] = "command"
     command: str | None = None
     cwd: str | None = None
@@ -47,11 +48,7 @@ class CommandExecutionRequestApprovalResponse(Base, kw_only=True):
     decision: ApprovalDecision | dict[str, Any]
 
 
-class FileChangeRequestApprovalParams(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item_id: str
-    started_at_ms: int
+class FileChangeRequestApprovalParams(_ApprovalParams, kw_only=True):
     reason: str | None = None
     grant_root: str | None = None
 
@@ -74,10 +71,7 @@ class ToolRequestUserInputQuestion(Base, kw_only=True):
     is_secret: bool = False
 
 
-class ToolRequestUserInputParams(Base, kw_only=True):
-    thread_id: str
-    turn_id: str
-    item_id: str
+class ToolRequestUserInputParams(ItemScoped, kw_only=True):
     is_blocking: bool
     questions: list[ToolRequestUserInputQuestion]
 
@@ -90,14 +84,10 @@ class ToolRequestUserInputResponse(Base, kw_only=True):
     answers: dict[str, ToolRequestUserInputAnswer]
 
 
-class ToolRequestApprovalParams(Base, kw_only=True):
+class ToolRequestApprovalParams(_ApprovalParams, kw_only=True):
     """threadline extension: approval for a tool that is neither a command nor a file change
     (an MCP tool, a web fetch, ...). The item being approved was announced by `item/started`."""
 
-    thread_id: str
-    turn_id: str
-    item_id: str
-    started_at_ms: int
     tool: str
     arguments: Any = None
     reason: str | None = None
