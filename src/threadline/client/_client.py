@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -36,6 +36,7 @@ from ..protocol import (
     Turn,
     TurnCompletedNotification,
     TurnStartParams,
+    TurnStartResponse,
     UserInput,
 )
 from ..rpc import errors
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("threadline.client")
+_R = TypeVar("_R", bound=Base)
 
 #: Answers a server request: return the result (a protocol Struct such as
 #: `CommandExecutionRequestApprovalResponse(decision="accept")`, or a plain dict). Raising
@@ -185,6 +187,12 @@ class Client:
         except PeerClosed as exc:
             raise ServerClosed(str(exc)) from None
 
+    async def _call(self, method: str, params: Base, result_type: type[_R]) -> _R:
+        """A request of a method threadline defines, its result checked to be `result_type`."""
+        result = await self.request(method, params)
+        assert isinstance(result, result_type), (method, type(result))
+        return result
+
     async def notify(self, method: str, params: Base | dict[str, Any] | None = None) -> None:
         try:
             await self._endpoint.notify(method, params)
@@ -203,7 +211,7 @@ class Client:
         self, name: str = "threadline.client", version: str = "0", title: str | None = None
     ) -> InitializeResponse:
         params = InitializeParams(client_info=ClientInfo(name=name, version=version, title=title))
-        result: InitializeResponse = await self.request("initialize", params)
+        result = await self._call("initialize", params, InitializeResponse)
         await self.notify("initialized")
         self.server_info = result
         return result
@@ -213,36 +221,36 @@ class Client:
         `model`, `approval_policy`, `developer_instructions`, `config`, ...)."""
         from ..protocol import ThreadStartParams
 
-        return await self.request("thread/start", ThreadStartParams(**fields))  # type: ignore[no-any-return]
+        return await self._call("thread/start", ThreadStartParams(**fields), ThreadStartResponse)
 
     async def resume_thread(self, thread_id: str, **fields: Any) -> ThreadResumeResponse:
         from ..protocol import ThreadResumeParams
 
         params = ThreadResumeParams(thread_id=thread_id, **fields)
-        return await self.request("thread/resume", params)  # type: ignore[no-any-return]
+        return await self._call("thread/resume", params, ThreadResumeResponse)
 
     async def read_thread(self, thread_id: str, include_turns: bool = True) -> ThreadReadResponse:
         from ..protocol import ThreadReadParams
 
         params = ThreadReadParams(thread_id=thread_id, include_turns=include_turns)
-        return await self.request("thread/read", params)  # type: ignore[no-any-return]
+        return await self._call("thread/read", params, ThreadReadResponse)
 
     async def list_threads(self, **fields: Any) -> ThreadListResponse:
         from ..protocol import ThreadListParams
 
-        return await self.request("thread/list", ThreadListParams(**fields))  # type: ignore[no-any-return]
+        return await self._call("thread/list", ThreadListParams(**fields), ThreadListResponse)
 
     async def archive_thread(self, thread_id: str) -> ThreadArchiveResponse:
         from ..protocol import ThreadArchiveParams
 
         params = ThreadArchiveParams(thread_id=thread_id)
-        return await self.request("thread/archive", params)  # type: ignore[no-any-return]
+        return await self._call("thread/archive", params, ThreadArchiveResponse)
 
     async def list_models(self, model_provider: str | None = None) -> ModelListResponse:
         from ..protocol import ModelListParams
 
         params = ModelListParams(model_provider=model_provider)
-        return await self.request("model/list", params)  # type: ignore[no-any-return]
+        return await self._call("model/list", params, ModelListResponse)
 
     async def start_turn(
         self,
@@ -266,9 +274,8 @@ class Client:
         # response has reached this task.
         self._turns[thread_id] = stream
         try:
-            response = await self.request(
-                "turn/start", TurnStartParams(thread_id=thread_id, input=inputs, **fields)
-            )
+            params = TurnStartParams(thread_id=thread_id, input=inputs, **fields)
+            response = await self._call("turn/start", params, TurnStartResponse)
         except BaseException:
             if self._turns.get(thread_id) is stream:
                 del self._turns[thread_id]
