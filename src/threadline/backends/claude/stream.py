@@ -12,10 +12,7 @@ import trio
 
 from ...channels import receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
-from ...protocol import (
-    ToolRequestUserInputOption,
-    ToolRequestUserInputQuestion,
-)
+from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
 from ..kit.spawn import open_cli_process
 from ..kit.usage import UsageTotals

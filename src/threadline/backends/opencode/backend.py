@@ -24,13 +24,9 @@ from contextlib import asynccontextmanager
 import trio
 
 from .. import base as b
-from ..kit.acp import (
-    AcpPool,
-)
+from ..kit.acp import AcpPool
 from .acp import OpenCodeAcpSession, _acp_stderr_line
-from .api import (
-    LOG_FLAGS,
-)
+from .api import LOG_FLAGS
 from .invocation import _env
 from .run import OpenCodeRunSession
 from .spec import SPEC
