@@ -14,7 +14,7 @@ from ...channels import receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
 from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
-from ..kit.spawn import open_cli_process
+from ..kit.spawn import open_session_process
 from ..kit.usage import UsageTotals
 from .invocation import (
     _DECLINE_MESSAGE,
@@ -71,13 +71,8 @@ class ClaudeStreamSession(b.BackendSession):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with open_cli_process(
-                self.argv(),
-                cwd=self.settings.cwd,
-                env=_env(self.settings),
-                stdin="pipe",
-                name="claude",
-                grace=3.0,
+            async with open_session_process(
+                self.argv(), cwd=self.settings.cwd, env=_env(self.settings), name="claude"
             ) as proc:
                 self.proc = proc
                 task_status.started()
@@ -90,8 +85,6 @@ class ClaudeStreamSession(b.BackendSession):
                     with trio.move_on_after(5):
                         await proc.wait()
                     nursery.cancel_scope.cancel()
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
         finally:
             self.healthy = False
             self._exited.set()

@@ -10,12 +10,12 @@ import trio
 
 from ... import protocol as p
 from ...channels import receive_ready_or_none, send_ready
-from ...procs.group import GroupProcess, ProcessError, processes_gone
+from ...procs.group import GroupProcess, processes_gone
 from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
 from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
-from ..kit.spawn import open_cli_process
+from ..kit.spawn import open_session_process
 from .api import api_failure, provider_url, retry_status
 from .invocation import (
     _ACTIONS_DECODER,
@@ -74,13 +74,11 @@ class CodexAppServerSession(b.BackendSession):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with open_cli_process(
+            async with open_session_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=_env(self.settings, self.launcher_env),
-                stdin="pipe",
                 name="codex app-server",
-                grace=3.0,
             ) as proc:
                 self.proc = proc
                 # Codex's requests reach `_events` in arrival order with its notifications:
@@ -98,8 +96,6 @@ class CodexAppServerSession(b.BackendSession):
                     with trio.move_on_after(3):
                         await proc.wait()
                     nursery.cancel_scope.cancel()
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
         finally:
             self.healthy = False
             self._exited.set()
