@@ -19,7 +19,6 @@ events to emit. Facts behind the mapping (measured on claude 2.1.197):
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from ..kit.api_errors import (
     refused,
     unreachable,
 )
+from ..kit.diff import file_diff
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, read_usage
 from .spec import SPEC
@@ -97,17 +97,6 @@ def structured_patch_diff(path: str, hunks: Any, *, created: bool = False) -> st
     return "".join(out)
 
 
-def _unified(path: str, old: str | None, new: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            fromfile="/dev/null" if old is None else f"a/{path.lstrip('/')}",
-            tofile=f"b/{path.lstrip('/')}",
-        )
-    )
-
-
 def _read_text(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -135,7 +124,7 @@ def proposed_change(tool: str, args: dict[str, Any], cwd: str) -> p.FileUpdateCh
         new = str(args.get("new_source", ""))
         return p.FileUpdateChange(path=path, kind=p.PatchKindUpdate(), diff=new)
     kind = p.PatchKindAdd() if old is None else p.PatchKindUpdate()
-    return p.FileUpdateChange(path=path, kind=kind, diff=_unified(path, old, new))
+    return p.FileUpdateChange(path=path, kind=kind, diff=file_diff(path.lstrip("/"), old, new))
 
 
 def _apply_edit(text: str, edit: dict[str, Any]) -> str:
@@ -437,7 +426,7 @@ class ClaudeTurnMapper:
                 if created:
                     new = str(structured.get("content", ""))
                     change.kind = p.PatchKindAdd()
-                    change.diff = _unified(change.path, None, new)
+                    change.diff = file_diff(change.path.lstrip("/"), None, new)
                 elif diff:
                     change.diff = diff
             return item

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -15,6 +14,7 @@ from ... import protocol as p
 from ...procs.group import exit_status
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials, unreachable
+from ..kit.diff import file_diff
 from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
 from ..kit.usage import UsageFields, UsageTotals, read_usage
 from .invocation import (
@@ -294,14 +294,7 @@ def _headless_tool(event: dict[str, Any], cwd: str) -> p.ThreadItem:
                 str(params.get("new_string", "")),
                 -1 if params.get("allow_multiple") else 1,
             )
-        diff = "".join(
-            difflib.unified_diff(
-                (old or "").splitlines(keepends=True),
-                new.splitlines(keepends=True),
-                fromfile="/dev/null" if old is None else f"a/{path.lstrip('/')}",
-                tofile=f"b/{path.lstrip('/')}",
-            )
-        )
+        diff = file_diff(path.lstrip("/"), old, new)
         return p.FileChangeItem(
             id=tool_id,
             status="inProgress",

@@ -16,7 +16,6 @@ A prompt is a script, one directive per line (any other line is echoed back as t
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -33,6 +32,7 @@ from ... import protocol as p
 from ...ids import new_id
 from ...procs.group import ProcessError, open_group_process
 from .. import base as b
+from ..kit.diff import file_diff
 from .spec import SPEC
 
 __all__ = ["MockBackend"]
@@ -220,14 +220,7 @@ class MockSession(b.BackendSession):
                 old: str | None = fh.read()
         except FileNotFoundError:
             old = None
-        diff = "".join(
-            difflib.unified_diff(
-                (old or "").splitlines(keepends=True),
-                content.splitlines(keepends=True),
-                fromfile="/dev/null" if old is None else f"a/{rel}",
-                tofile=f"b/{rel}",
-            )
-        )
+        diff = file_diff(rel, old, content)
         kind = p.PatchKindAdd() if old is None else p.PatchKindUpdate()
         item = p.FileChangeItem(
             id=ctx.new_item_id(),

@@ -3,7 +3,6 @@ results."""
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from typing import Any
 
 from .... import protocol as p
 from ... import base as b
+from ..diff import file_diff
 from ..plan import todo_steps
 from ..usage import UsageFields, read_usage
 
@@ -31,14 +31,8 @@ def _content_text(content: Any) -> str:
 
 
 def _unified(path: str, old: str | None, new: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            fromfile="/dev/null" if not old else f"a/{path.lstrip('/')}",
-            tofile=f"b/{path.lstrip('/')}",
-        )
-    )
+    # An empty old text is shown as a new file too.
+    return file_diff(path.lstrip("/"), old or None, new)
 
 
 def _diff_changes(content: Any) -> list[p.FileUpdateChange]:
