@@ -188,20 +188,33 @@ class ApprovalRequest:
 # -- normalized backend events -----------------------------------------------------------------
 
 
+# The events that only name their kind are subclasses without fields of their own: the
+# dataclass methods they inherit (init, eq, repr, frozen) are theirs as they are.
+
+
 @dataclass(frozen=True)
-class ItemStarted:
+class _ItemEvent:
     item: ThreadItem
 
 
-@dataclass(frozen=True)
-class ItemCompleted:
-    item: ThreadItem
+class ItemStarted(_ItemEvent):
+    """The item began (announce it before any delta or approval request of its own)."""
+
+
+class ItemCompleted(_ItemEvent):
+    """The item reached its final state."""
 
 
 @dataclass(frozen=True)
-class AgentMessageDelta:
+class _ItemDelta:
+    """Text streamed into the item `item_id` (appended to what came before)."""
+
     item_id: str
     delta: str
+
+
+class AgentMessageDelta(_ItemDelta):
+    """Text of an agent message."""
 
 
 @dataclass(frozen=True)
@@ -211,35 +224,25 @@ class ReasoningSummaryPartAdded:
 
 
 @dataclass(frozen=True)
-class ReasoningSummaryDelta:
-    item_id: str
-    delta: str
+class ReasoningSummaryDelta(_ItemDelta):
     summary_index: int = 0
 
 
 @dataclass(frozen=True)
-class ReasoningTextDelta:
-    item_id: str
-    delta: str
+class ReasoningTextDelta(_ItemDelta):
     content_index: int = 0
 
 
-@dataclass(frozen=True)
-class CommandOutputDelta:
-    item_id: str
-    delta: str
+class CommandOutputDelta(_ItemDelta):
+    """Output of a running command."""
 
 
-@dataclass(frozen=True)
-class FileChangeOutputDelta:
-    item_id: str
-    delta: str
+class FileChangeOutputDelta(_ItemDelta):
+    """Output of a file change being applied."""
 
 
-@dataclass(frozen=True)
-class PlanDelta:
-    item_id: str
-    delta: str
+class PlanDelta(_ItemDelta):
+    """Text of a plan item."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from ..protocol.methods import BackendCapabilities
 
-__all__ = ["BackendCheck", "BackendSpec", "NpmCli", "acp_capabilities", "mode_capabilities"]
+__all__ = [
+    "BackendCheck",
+    "BackendSpec",
+    "NpmCli",
+    "acp_capabilities",
+    "mode_capabilities",
+    "per_turn_capabilities",
+]
 
 
 @dataclass
@@ -159,6 +166,21 @@ def mode_capabilities(
         images=images,
         invocation=invocation,
         role_injection=role_injection,
+    )
+
+
+def per_turn_capabilities(
+    invocation: str, role_injection: str, *, deltas: bool = True, reasoning: bool = True
+) -> BackendCapabilities:
+    """A mode that runs the CLI once per turn: approvals by policy only (the CLI asks the
+    client nothing) and no native interrupt (a turn is stopped by killing the process)."""
+    return mode_capabilities(
+        invocation,
+        role_injection,
+        approvals=False,
+        interrupt=False,
+        deltas=deltas,
+        reasoning=reasoning,
     )
 
 

@@ -13,7 +13,7 @@ from .. import base as b
 from ..kit.usage import UsageTotals
 from .mapping import TurnResult
 
-__all__ = []
+__all__ = ["ClaudeSession"]
 
 _DECLINE_MESSAGE = "The user declined this tool use."
 
@@ -114,3 +114,42 @@ async def _finish_turn(
     if result.usage is not None:
         await ctx.emit(b.TokenUsageUpdated(usage.add(result.usage)))
     return b.TurnOutcome(result.status, result.error)
+
+
+class ClaudeSession(b.BackendSession):
+    """What a thread's claude session is in either mode: its settings, the binary, the turns'
+    usage totals and the session ids whose transcript the CLI never wrote (shared by the
+    backend's sessions)."""
+
+    def __init__(
+        self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
+    ) -> None:
+        self.settings = settings
+        self.binary = binary
+        self.unsaved = unsaved if unsaved is not None else set()
+        self._usage = UsageTotals()
+
+    def claude_argv(self, *mode_flags: str) -> list[str]:
+        """The command line: the common flags, the mode's, then the session's."""
+        flags, _ = _session_flag(self.settings, self.unsaved)
+        return [*_base_argv(self.settings, self.binary), *mode_flags, *flags]
+
+    async def note_init(self, message: dict[str, Any], ctx: b.TurnContext) -> None:
+        """On `system/init`: record the session id (the transcript exists from now on, so
+        later spawns resume it)."""
+        if message.get("type") != "system" or message.get("subtype") != "init":
+            return
+        sid = message.get("session_id")
+        if isinstance(sid, str):
+            await ctx.set_backend_session_id(sid)
+            self.settings.backend_session_id = sid
+            self.unsaved.discard(sid)
+
+    def _check_resumable(self, message: dict[str, Any]) -> None:
+        """A `--resume` of a conversation the CLI never saved fails every time: remember the
+        id (the next spawn starts it afresh) and raise SessionLost; the engine reopens the
+        session and runs the turn again, since nothing of it happened yet."""
+        sid = _missing_session(message)
+        if sid is not None:
+            self.unsaved.add(sid)
+            raise b.SessionLost(f"claude has no saved conversation {sid}; starting it afresh")

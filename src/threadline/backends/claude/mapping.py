@@ -19,32 +19,12 @@ events to emit. Facts behind the mapping (measured on claude 2.1.197):
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ...protocol import (
-    AgentMessageItem,
-    CommandExecutionItem,
-    DynamicToolCallItem,
-    FileChangeItem,
-    FileUpdateChange,
-    McpToolCallError,
-    McpToolCallItem,
-    McpToolCallResult,
-    PatchKindAdd,
-    PatchKindUpdate,
-    ReasoningItem,
-    ThreadItem,
-    TokenUsageBreakdown,
-    ToolOutputText,
-    TurnError,
-    UnknownAction,
-    WebSearchActionSearch,
-    WebSearchItem,
-)
+from ... import protocol as p
 from .. import base as b
 from ..kit.api_errors import (
     ConnectionWatch,
@@ -53,6 +33,7 @@ from ..kit.api_errors import (
     refused,
     unreachable,
 )
+from ..kit.diff import file_diff
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, read_usage
 from .spec import SPEC
@@ -116,17 +97,6 @@ def structured_patch_diff(path: str, hunks: Any, *, created: bool = False) -> st
     return "".join(out)
 
 
-def _unified(path: str, old: str | None, new: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            fromfile="/dev/null" if old is None else f"a/{path.lstrip('/')}",
-            tofile=f"b/{path.lstrip('/')}",
-        )
-    )
-
-
 def _read_text(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -135,7 +105,7 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def proposed_change(tool: str, args: dict[str, Any], cwd: str) -> FileUpdateChange:
+def proposed_change(tool: str, args: dict[str, Any], cwd: str) -> p.FileUpdateChange:
     """The change a Write/Edit/MultiEdit/NotebookEdit call proposes, diffed against the file
     as it is now (so the approval shows what will change)."""
     raw_path = str(args.get("file_path") or args.get("notebook_path") or "")
@@ -152,9 +122,9 @@ def proposed_change(tool: str, args: dict[str, Any], cwd: str) -> FileUpdateChan
                 new = _apply_edit(new, edit)
     else:  # NotebookEdit: cell-level; show the new source as the change
         new = str(args.get("new_source", ""))
-        return FileUpdateChange(path=path, kind=PatchKindUpdate(), diff=new)
-    kind = PatchKindAdd() if old is None else PatchKindUpdate()
-    return FileUpdateChange(path=path, kind=kind, diff=_unified(path, old, new))
+        return p.FileUpdateChange(path=path, kind=p.PatchKindUpdate(), diff=new)
+    kind = p.PatchKindAdd() if old is None else p.PatchKindUpdate()
+    return p.FileUpdateChange(path=path, kind=kind, diff=file_diff(path.lstrip("/"), old, new))
 
 
 def _apply_edit(text: str, edit: dict[str, Any]) -> str:
@@ -185,15 +155,15 @@ _USAGE = UsageFields(
 )
 
 
-def usage_breakdown(usage: Any) -> TokenUsageBreakdown | None:
+def usage_breakdown(usage: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(usage, _USAGE)
 
 
 @dataclass
 class TurnResult:
     status: Literal["completed", "interrupted", "failed"]
-    error: TurnError | None
-    usage: TokenUsageBreakdown | None
+    error: p.TurnError | None
+    usage: p.TokenUsageBreakdown | None
     session_id: str | None
 
 
@@ -210,7 +180,7 @@ class ClaudeTurnMapper:
     cwd: str
     backend_id: str = "claude"
     #: tool_use_id → item (started, waiting for its tool_result)
-    tools: dict[str, ThreadItem] = field(default_factory=dict)
+    tools: dict[str, p.ThreadItem] = field(default_factory=dict)
     #: tool_use_id → our approval decision ("decline"/"cancel" → the item is declined)
     decisions: dict[str, str] = field(default_factory=dict)
     session_id: str | None = None
@@ -218,7 +188,7 @@ class ClaudeTurnMapper:
     url: str = "https://api.anthropic.com/v1/messages"
     #: Set once the CLI's retries of a 401 or an unreachable API are pointless: the turn's
     #: error (the session interrupts the CLI, and `result` reports this instead).
-    give_up: TurnError | None = None
+    give_up: p.TurnError | None = None
     watch: ConnectionWatch = field(default_factory=ConnectionWatch)
     _blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     _msg_id: str | None = None
@@ -263,11 +233,11 @@ class ClaudeTurnMapper:
             item_id = f"{self._msg_id}-{index}"
             if btype == "text":
                 self._blocks[key] = _Block(item_id, "text")
-                return [b.ItemStarted(AgentMessageItem(id=item_id, text=""))]
+                return [b.ItemStarted(p.AgentMessageItem(id=item_id, text=""))]
             if btype in ("thinking", "redacted_thinking"):
                 self._blocks[key] = _Block(item_id, "thinking")
                 return [
-                    b.ItemStarted(ReasoningItem(id=item_id)),
+                    b.ItemStarted(p.ReasoningItem(id=item_id)),
                     b.ReasoningSummaryPartAdded(item_id, 0),
                 ]
             self._blocks[key] = _Block(str(block.get("id") or item_id), "other")
@@ -303,10 +273,10 @@ class ClaudeTurnMapper:
             self._open_index = None
             text = "".join(blk.streamed)
             if blk.kind == "text":
-                events.append(b.ItemCompleted(AgentMessageItem(id=blk.item_id, text=text)))
+                events.append(b.ItemCompleted(p.AgentMessageItem(id=blk.item_id, text=text)))
             else:
                 summary = [text] if text else []
-                events.append(b.ItemCompleted(ReasoningItem(id=blk.item_id, summary=summary)))
+                events.append(b.ItemCompleted(p.ReasoningItem(id=blk.item_id, summary=summary)))
         return events
 
     # -- complete blocks -----------------------------------------------------------------------
@@ -332,12 +302,12 @@ class ClaudeTurnMapper:
             item_id = known.item_id if known and known.kind != "other" else fallback_id
             if btype == "text":
                 events.append(
-                    b.ItemCompleted(AgentMessageItem(id=item_id, text=str(block.get("text", ""))))
+                    b.ItemCompleted(p.AgentMessageItem(id=item_id, text=str(block.get("text", ""))))
                 )
             elif btype in ("thinking", "redacted_thinking"):
                 text = str(block.get("thinking", ""))
                 events.append(
-                    b.ItemCompleted(ReasoningItem(id=item_id, summary=[text] if text else []))
+                    b.ItemCompleted(p.ReasoningItem(id=item_id, summary=[text] if text else []))
                 )
             elif btype in ("tool_use", "server_tool_use"):
                 events.extend(self._tool_use(block))
@@ -357,29 +327,31 @@ class ClaudeTurnMapper:
         self.tools[tool_id] = item
         return [b.ItemStarted(item)]
 
-    def item_for_tool(self, tool_id: str, name: str, args: dict[str, Any]) -> ThreadItem:
+    def item_for_tool(self, tool_id: str, name: str, args: dict[str, Any]) -> p.ThreadItem:
         if name == "Bash":
             command = str(args.get("command", ""))
-            return CommandExecutionItem(
+            return p.CommandExecutionItem(
                 id=tool_id,
                 command=command,
                 cwd=self.cwd,
                 status="inProgress",
-                command_actions=[UnknownAction(command=command)],
+                command_actions=[p.UnknownAction(command=command)],
             )
         if name in EDIT_TOOLS:
-            return FileChangeItem(
+            return p.FileChangeItem(
                 id=tool_id, status="inProgress", changes=[proposed_change(name, args, self.cwd)]
             )
         if name.startswith("mcp__"):
             _, server, tool = [*name.split("__", 2), "", ""][:3]
-            return McpToolCallItem(
+            return p.McpToolCallItem(
                 id=tool_id, server=server, tool=tool or name, arguments=args, status="inProgress"
             )
         if name in ("WebSearch", "web_search"):
             query = str(args.get("query", ""))
-            return WebSearchItem(id=tool_id, query=query, action=WebSearchActionSearch(query=query))
-        return DynamicToolCallItem(
+            return p.WebSearchItem(
+                id=tool_id, query=query, action=p.WebSearchActionSearch(query=query)
+            )
+        return p.DynamicToolCallItem(
             id=tool_id, tool=name, arguments=args, status="inProgress", namespace=self.backend_id
         )
 
@@ -410,10 +382,10 @@ class ClaudeTurnMapper:
         return events
 
     def _complete(
-        self, item: ThreadItem, content: Any, structured: Any, is_error: bool, declined: bool
-    ) -> ThreadItem:
+        self, item: p.ThreadItem, content: Any, structured: Any, is_error: bool, declined: bool
+    ) -> p.ThreadItem:
         text = _text_of(content)
-        if isinstance(item, CommandExecutionItem):
+        if isinstance(item, p.CommandExecutionItem):
             if declined:
                 item.status = "declined"
                 return item
@@ -442,7 +414,7 @@ class ClaudeTurnMapper:
                 if not is_error and item.exit_code is None:
                     item.exit_code = 0
             return item
-        if isinstance(item, FileChangeItem):
+        if isinstance(item, p.FileChangeItem):
             if declined:
                 item.status = "declined"
                 return item
@@ -453,24 +425,24 @@ class ClaudeTurnMapper:
                 diff = structured_patch_diff(change.path, structured.get("structuredPatch"))
                 if created:
                     new = str(structured.get("content", ""))
-                    change.kind = PatchKindAdd()
-                    change.diff = _unified(change.path, None, new)
+                    change.kind = p.PatchKindAdd()
+                    change.diff = file_diff(change.path.lstrip("/"), None, new)
                 elif diff:
                     change.diff = diff
             return item
-        if isinstance(item, McpToolCallItem):
+        if isinstance(item, p.McpToolCallItem):
             if is_error or declined:
                 item.status = "failed"
-                item.error = McpToolCallError(message=text or "tool failed")
+                item.error = p.McpToolCallError(message=text or "tool failed")
             else:
                 item.status = "completed"
                 blocks = content if isinstance(content, list) else [{"type": "text", "text": text}]
-                item.result = McpToolCallResult(content=blocks)
+                item.result = p.McpToolCallResult(content=blocks)
             return item
-        if isinstance(item, DynamicToolCallItem):
+        if isinstance(item, p.DynamicToolCallItem):
             item.status = "failed" if is_error or declined else "completed"
             item.success = not (is_error or declined)
-            item.content_items = [ToolOutputText(text=text)] if text else []
+            item.content_items = [p.ToolOutputText(text=text)] if text else []
             return item
         return item
 
@@ -484,7 +456,7 @@ class ClaudeTurnMapper:
             self._check_retry(msg)
             return [
                 b.RetryableError(
-                    TurnError(
+                    p.TurnError(
                         message=f"API request failed ({status or msg.get('error') or 'network'}); "
                         f"retrying (attempt {attempt} of {limit})",
                         codex_error_info=error_info_for_status(status, msg.get("error")),
@@ -517,7 +489,7 @@ class ClaudeTurnMapper:
                     SPEC, self.url, _CHECK, detail, after=self.watch.elapsed()
                 )
 
-    def _api_error(self, status: Any, message: str) -> TurnError | None:
+    def _api_error(self, status: Any, message: str) -> p.TurnError | None:
         """The error that says what to do, for a refused, missing or unreachable API."""
         if status == 401:
             return refused(SPEC, self.url, message)
@@ -549,7 +521,7 @@ class ClaudeTurnMapper:
             or self._synthetic_error
             or (f"claude reported {msg.get('subtype') or 'an error'}")
         )
-        error = self._api_error(status, message) or TurnError(
+        error = self._api_error(status, message) or p.TurnError(
             message=message,
             codex_error_info=error_info_for_status(status, self._synthetic_kind),
             additional_details=f"HTTP {status}" if status else None,

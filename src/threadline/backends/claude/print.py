@@ -6,32 +6,15 @@ import os
 
 from .. import base as b
 from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
-from ..kit.usage import UsageTotals
-from .invocation import (
-    _base_argv,
-    _env,
-    _failure_from_exit,
-    _finish_turn,
-    _missing_session,
-    _session_flag,
-)
+from .invocation import ClaudeSession, _env, _failure_from_exit, _finish_turn
 from .mapping import ClaudeTurnMapper, api_url
 
 __all__ = ["ClaudePrintSession"]
 
 
-class ClaudePrintSession(b.BackendSession):
-    def __init__(
-        self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
-    ) -> None:
-        self.settings = settings
-        self.binary = binary
-        self._usage = UsageTotals()
-        self.unsaved = unsaved if unsaved is not None else set()
-
+class ClaudePrintSession(ClaudeSession):
     def argv(self) -> list[str]:
-        flags, _ = _session_flag(self.settings, self.unsaved)
-        argv = [*_base_argv(self.settings, self.binary), "-p", *flags]
+        argv = self.claude_argv("-p")
         if self.settings.approval_policy == "never":
             argv += _unattended_flags()
         return argv
@@ -48,21 +31,9 @@ class ClaudePrintSession(b.BackendSession):
             name="claude -p",
         ) as proc:
             while (message := await proc.read_json_object()) is not None:
-                if message.get("type") == "system" and message.get("subtype") == "init":
-                    sid = message.get("session_id")
-                    if isinstance(sid, str):
-                        await ctx.set_backend_session_id(sid)
-                        self.settings.backend_session_id = sid
-                        self.unsaved.discard(sid)
+                await self.note_init(message, ctx)
                 if message.get("type") == "result":
-                    missing = _missing_session(message)
-                    if missing is not None:
-                        # Never saved (an earlier turn was killed first): the engine runs
-                        # the turn again, which starts the conversation afresh.
-                        self.unsaved.add(missing)
-                        raise b.SessionLost(
-                            f"claude has no saved conversation {missing}; starting it afresh"
-                        )
+                    self._check_resumable(message)
                     return await _finish_turn(mapper.result(message), ctx, self._usage)
                 for event in mapper.feed(message):
                     await ctx.emit(event)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, mode_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities, per_turn_capabilities
 
 __all__ = ["SPEC"]
 
@@ -21,14 +21,12 @@ SPEC = BackendSpec(
             ),
             _ROLE,
         ),
-        "print": mode_capabilities(
+        "print": per_turn_capabilities(
             (
                 "`claude -p --output-format stream-json` spawned per turn, `--resume <session>` "
                 "from the 2nd turn; tools limited by `--allowedTools`"
             ),
             _ROLE,
-            approvals=False,
-            interrupt=False,
         ),
     },
     npm=NpmCli("claude", "@anthropic-ai/claude-code", "2.1.332", oldest_tested="2.1.197"),

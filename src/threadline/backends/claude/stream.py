@@ -12,21 +12,15 @@ import trio
 
 from ...channels import receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
-from ...protocol import (
-    ToolRequestUserInputOption,
-    ToolRequestUserInputQuestion,
-)
+from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
-from ..kit.spawn import open_cli_process
-from ..kit.usage import UsageTotals
+from ..kit.spawn import open_session_process
 from .invocation import (
     _DECLINE_MESSAGE,
-    _base_argv,
+    ClaudeSession,
     _env,
     _failure_from_exit,
     _finish_turn,
-    _missing_session,
-    _session_flag,
     _user_message,
 )
 from .mapping import EDIT_TOOLS, ClaudeTurnMapper, api_url
@@ -36,21 +30,17 @@ __all__ = ["ClaudeStreamSession"]
 log = logging.getLogger("threadline.backend.claude")
 
 
-class ClaudeStreamSession(b.BackendSession):
+class ClaudeStreamSession(ClaudeSession):
     def __init__(
         self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
     ) -> None:
-        self.settings = settings
-        self.binary = binary
-        #: session ids whose transcript the CLI never wrote (shared by the backend's sessions)
-        self.unsaved = unsaved if unsaved is not None else set()
+        super().__init__(settings, binary, unsaved)
         self.proc: GroupProcess | None = None
         self._messages_send, self._messages = trio.open_memory_channel[dict[str, Any] | None](
             10_000
         )
         self._write_lock = trio.Lock()
         self._request_seq = 0
-        self._usage = UsageTotals()
         self._in_turn = False
         self._exited = trio.Event()
         self._close_stdin = trio.Event()
@@ -58,15 +48,9 @@ class ClaudeStreamSession(b.BackendSession):
     # -- process ---------------------------------------------------------------------------------
 
     def argv(self) -> list[str]:
-        flags, _ = _session_flag(self.settings, self.unsaved)
-        return [
-            *_base_argv(self.settings, self.binary),
-            "--input-format",
-            "stream-json",
-            "--permission-prompt-tool",
-            "stdio",
-            *flags,
-        ]
+        return self.claude_argv(
+            "--input-format", "stream-json", "--permission-prompt-tool", "stdio"
+        )
 
     async def run_process(
         self,
@@ -74,13 +58,8 @@ class ClaudeStreamSession(b.BackendSession):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with open_cli_process(
-                self.argv(),
-                cwd=self.settings.cwd,
-                env=_env(self.settings),
-                stdin="pipe",
-                name="claude",
-                grace=3.0,
+            async with open_session_process(
+                self.argv(), cwd=self.settings.cwd, env=_env(self.settings), name="claude"
             ) as proc:
                 self.proc = proc
                 task_status.started()
@@ -93,8 +72,6 @@ class ClaudeStreamSession(b.BackendSession):
                     with trio.move_on_after(5):
                         await proc.wait()
                     nursery.cancel_scope.cancel()
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
         finally:
             self.healthy = False
             self._exited.set()
@@ -260,13 +237,7 @@ class ClaudeStreamSession(b.BackendSession):
                 continue
             if mtype == "control_response":
                 continue
-            if mtype == "system" and message.get("subtype") == "init":
-                sid = message.get("session_id")
-                if isinstance(sid, str):
-                    # The transcript exists from now on: later spawns resume it.
-                    await ctx.set_backend_session_id(sid)
-                    self.settings.backend_session_id = sid
-                    self.unsaved.discard(sid)
+            await self.note_init(message, ctx)
             for event in mapper.feed(message):
                 await ctx.emit(event)
             if mapper.give_up is not None and not interrupted:
@@ -276,14 +247,11 @@ class ClaudeStreamSession(b.BackendSession):
                 await self._write_control({"subtype": "interrupt"})
 
     def _check_resumable(self, message: dict[str, Any]) -> None:
-        """A `--resume` of a conversation the CLI never saved fails every time: remember the
-        id (the next spawn starts it afresh) and end this session; the engine reopens it and
-        runs the turn again, since nothing of it happened yet."""
-        sid = _missing_session(message)
-        if sid is not None:
-            self.unsaved.add(sid)
-            self.healthy = False
-            raise b.SessionLost(f"claude has no saved conversation {sid}; starting it afresh")
+        try:
+            super()._check_resumable(message)
+        except b.SessionLost:
+            self.healthy = False  # the live process cannot start the conversation afresh
+            raise
 
     async def _permission(
         self,

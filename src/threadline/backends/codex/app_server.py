@@ -8,20 +8,14 @@ from typing import Any
 import msgspec
 import trio
 
+from ... import protocol as p
 from ...channels import receive_ready_or_none, send_ready
-from ...procs.group import GroupProcess, ProcessError, processes_gone
-from ...protocol import (
-    CommandExecutionItem,
-    ToolRequestUserInputQuestion,
-    TurnError,
-    UnknownAction,
-    UserMessageItem,
-)
+from ...procs.group import GroupProcess, processes_gone
 from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
 from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
-from ..kit.spawn import open_cli_process
+from ..kit.spawn import open_session_process
 from .api import api_failure, provider_url, retry_status
 from .invocation import (
     _ACTIONS_DECODER,
@@ -67,7 +61,7 @@ class CodexAppServerSession(b.BackendSession):
         #: The provider needs an OpenAI login and `account/read` found none.
         self._logged_out = False
         #: The running turn's error once Codex's retries cannot help (it is interrupted).
-        self._gave_up: TurnError | None = None
+        self._gave_up: p.TurnError | None = None
 
     def argv(self) -> list[str]:
         return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
@@ -80,13 +74,11 @@ class CodexAppServerSession(b.BackendSession):
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with open_cli_process(
+            async with open_session_process(
                 self.argv(),
                 cwd=self.settings.cwd,
                 env=_env(self.settings, self.launcher_env),
-                stdin="pipe",
                 name="codex app-server",
-                grace=3.0,
             ) as proc:
                 self.proc = proc
                 # Codex's requests reach `_events` in arrival order with its notifications:
@@ -104,8 +96,6 @@ class CodexAppServerSession(b.BackendSession):
                     with trio.move_on_after(3):
                         await proc.wait()
                     nursery.cancel_scope.cancel()
-        except ProcessError as exc:
-            raise b.BackendError(str(exc), codex_error_info="other") from None
         finally:
             self.healthy = False
             self._exited.set()
@@ -305,7 +295,7 @@ class CodexAppServerSession(b.BackendSession):
         in_flight_commands: set[str] = set()
         self._not_running = set()
         self._stopped = {}
-        final_error: TurnError | None = None
+        final_error: p.TurnError | None = None
         watch = ConnectionWatch()
         self._gave_up = None
         try:
@@ -351,17 +341,17 @@ class CodexAppServerSession(b.BackendSession):
 
     async def _error(
         self, params: dict[str, Any], ctx: b.TurnContext, watch: ConnectionWatch
-    ) -> TurnError | None:
+    ) -> p.TurnError | None:
         """An `error` notification: a retry notice goes out (and may end the turn), a final
         error is returned."""
-        err: TurnError | None = _convert(params.get("error"), _ERROR_DECODER)
+        err: p.TurnError | None = _convert(params.get("error"), _ERROR_DECODER)
         if err is None or not params.get("willRetry"):
             return err
         await ctx.emit(b.RetryableError(err))
         self._check_retry(err, watch)
         return None
 
-    def _check_retry(self, err: TurnError, watch: ConnectionWatch) -> None:
+    def _check_retry(self, err: p.TurnError, watch: ConnectionWatch) -> None:
         """A retry notice: once retrying cannot help (a 401 again, or no connection for the
         budget), interrupt the turn; it then ends with `_gave_up`."""
         if self._gave_up is not None or self._turn_id is None:
@@ -387,7 +377,7 @@ class CodexAppServerSession(b.BackendSession):
             raise _exit_error(self.proc, "exited in the middle of a turn")
         return msg
 
-    def _outcome(self, turn: dict[str, Any], final_error: TurnError | None) -> b.TurnOutcome:
+    def _outcome(self, turn: dict[str, Any], final_error: p.TurnError | None) -> b.TurnOutcome:
         status = turn.get("status")
         if status == "completed":
             return b.TurnOutcome("completed")
@@ -399,7 +389,7 @@ class CodexAppServerSession(b.BackendSession):
             error = api_failure(error.message, retry_status(error), url) or error
         return b.TurnOutcome(
             "failed",
-            error or TurnError(message="codex reported a failed turn", codex_error_info="other"),
+            error or p.TurnError(message="codex reported a failed turn", codex_error_info="other"),
         )
 
     async def _translate(
@@ -415,9 +405,9 @@ class CodexAppServerSession(b.BackendSession):
                         (params.get("item") or {}).get("type"),
                     )
                     return
-                if isinstance(item, UserMessageItem):
+                if isinstance(item, p.UserMessageItem):
                     return  # the engine reports the turn's input itself
-                if isinstance(item, CommandExecutionItem):
+                if isinstance(item, p.CommandExecutionItem):
                     (in_flight.add if method == "item/started" else in_flight.discard)(item.id)
                 await ctx.emit(
                     b.ItemStarted(item) if method == "item/started" else b.ItemCompleted(item)
@@ -487,7 +477,7 @@ class CodexAppServerSession(b.BackendSession):
                     # Codex's own parse of the command (read/search/...), as on its item;
                     # (was always `unknown` with the whole `bash -lc` line)
                     command_actions=_convert(params.get("commandActions"), _ACTIONS_DECODER)
-                    or [UnknownAction(command=str(params.get("command") or ""))],
+                    or [p.UnknownAction(command=str(params.get("command") or ""))],
                 )
             )
             if decision in ("accept", "acceptForSession"):
@@ -507,7 +497,7 @@ class CodexAppServerSession(b.BackendSession):
             questions = (
                 _convert(
                     params.get("questions"),
-                    msgspec.json.Decoder(list[ToolRequestUserInputQuestion]),
+                    msgspec.json.Decoder(list[p.ToolRequestUserInputQuestion]),
                 )
                 or []
             )

@@ -24,9 +24,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import trio
-
 from .. import base as b
+from ..kit.spawn import running
 from .app_server import CodexAppServerSession
 from .exec import CodexExecSession
 from .invocation import native_binary
@@ -58,12 +57,8 @@ class CodexBackend(b.Backend):
             yield CodexExecSession(settings, binary, launcher_env)
             return
         session = CodexAppServerSession(settings, binary, launcher_env)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run_process)
-            try:
-                yield session
-            finally:
-                session.close()
+        async with running(session.run_process, session.close):
+            yield session
 
 
 def create() -> CodexBackend:

@@ -5,27 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from ...protocol import (
-    AgentMessageItem,
-    CommandExecutionItem,
-    FileChangeItem,
-    FileUpdateChange,
-    McpToolCallError,
-    McpToolCallItem,
-    McpToolCallResult,
-    PatchKindAdd,
-    PatchKindDelete,
-    PatchKindUpdate,
-    ReasoningItem,
-    ThreadItem,
-    ThreadTokenUsage,
-    TokenUsageBreakdown,
-    TurnError,
-    TurnPlanStep,
-    UnknownAction,
-    WebSearchActionSearch,
-    WebSearchItem,
-)
+from ... import protocol as p
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure
 from ..kit.per_turn import open_turn_process
@@ -43,43 +23,43 @@ _EXEC_STATUS: dict[str, Literal["inProgress", "completed", "failed", "declined"]
 
 def _exec_item(
     raw: dict[str, Any], prefix: str, cwd: str
-) -> ThreadItem | list[TurnPlanStep] | str | None:
+) -> p.ThreadItem | list[p.TurnPlanStep] | str | None:
     """A `codex exec --json` item → our item (or plan steps for todo_list, or a warning)."""
     kind = raw.get("type")
     item_id = f"{prefix}{raw.get('id', '')}"
     status = _EXEC_STATUS.get(str(raw.get("status")), "inProgress")
     if kind == "agent_message":
-        return AgentMessageItem(id=item_id, text=str(raw.get("text", "")))
+        return p.AgentMessageItem(id=item_id, text=str(raw.get("text", "")))
     if kind == "reasoning":
         text = str(raw.get("text", ""))
-        return ReasoningItem(id=item_id, summary=[text] if text else [])
+        return p.ReasoningItem(id=item_id, summary=[text] if text else [])
     if kind == "command_execution":
         command = str(raw.get("command", ""))
         code = raw.get("exit_code")
-        return CommandExecutionItem(
+        return p.CommandExecutionItem(
             id=item_id,
             command=command,
             cwd=cwd,
             status=status,
-            command_actions=[UnknownAction(command=command)],
+            command_actions=[p.UnknownAction(command=command)],
             aggregated_output=raw.get("aggregated_output"),
             exit_code=code if isinstance(code, int) else None,
         )
     if kind == "file_change":
-        kinds: dict[str, PatchKindAdd | PatchKindDelete] = {
-            "add": PatchKindAdd(),
-            "delete": PatchKindDelete(),
+        kinds: dict[str, p.PatchKindAdd | p.PatchKindDelete] = {
+            "add": p.PatchKindAdd(),
+            "delete": p.PatchKindDelete(),
         }
         changes = [
-            FileUpdateChange(
+            p.FileUpdateChange(
                 path=str(c.get("path", "")),
-                kind=kinds.get(str(c.get("kind")), PatchKindUpdate()),
+                kind=kinds.get(str(c.get("kind")), p.PatchKindUpdate()),
                 diff="",
             )
             for c in raw.get("changes") or []
             if isinstance(c, dict)
         ]
-        return FileChangeItem(
+        return p.FileChangeItem(
             id=item_id, changes=changes, status="inProgress" if status == "inProgress" else status
         )
     if kind == "mcp_tool_call":
@@ -90,21 +70,23 @@ def _exec_item(
             if status == "inProgress"
             else ("failed" if status in ("failed", "declined") else "completed")
         )
-        return McpToolCallItem(
+        return p.McpToolCallItem(
             id=item_id,
             server=str(raw.get("server", "")),
             tool=str(raw.get("tool", "")),
             arguments=raw.get("arguments"),
             status=mcp_status,
-            result=McpToolCallResult(content=list(result.get("content") or [])) if result else None,
-            error=McpToolCallError(message=str(error.get("message", ""))) if error else None,
+            result=p.McpToolCallResult(content=list(result.get("content") or []))
+            if result
+            else None,
+            error=p.McpToolCallError(message=str(error.get("message", ""))) if error else None,
         )
     if kind == "web_search":
         query = str(raw.get("query", ""))
-        return WebSearchItem(id=item_id, query=query, action=WebSearchActionSearch(query=query))
+        return p.WebSearchItem(id=item_id, query=query, action=p.WebSearchActionSearch(query=query))
     if kind == "todo_list":
         return [
-            TurnPlanStep(
+            p.TurnPlanStep(
                 step=str(t.get("text", "")), status="completed" if t.get("completed") else "pending"
             )
             for t in raw.get("items") or []
@@ -124,7 +106,7 @@ _USAGE = UsageFields(
 )
 
 
-def _usage(raw: Any) -> TokenUsageBreakdown | None:
+def _usage(raw: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(raw, _USAGE)
 
 
@@ -138,7 +120,7 @@ class CodexExecSession(b.BackendSession):
         self.settings = settings
         self.binary = binary
         self.launcher_env = launcher_env or {}
-        self._previous_total: TokenUsageBreakdown | None = None
+        self._previous_total: p.TokenUsageBreakdown | None = None
         #: The last `error` event's message (the reason given if the turn fails without one).
         self.last_error: str | None = None
         self._watch = ConnectionWatch()
@@ -214,22 +196,22 @@ class CodexExecSession(b.BackendSession):
         elif etype == "turn.failed":
             err = event.get("error") or {}
             message = str(err.get("message") or self.last_error or "codex exec failed")
-            error = TurnError(message=message, codex_error_info=_error_info(message))
+            error = p.TurnError(message=message, codex_error_info=_error_info(message))
             return b.TurnOutcome("failed", self._api_failure(error) or error)
         elif etype == "error":
             self.last_error = str(event.get("message", ""))
             if self.last_error.startswith("Reconnecting"):
                 info = _error_info(self.last_error)
-                notice = TurnError(message=self.last_error, codex_error_info=info)
+                notice = p.TurnError(message=self.last_error, codex_error_info=info)
                 await ctx.emit(b.RetryableError(notice))
                 return self._check_retry(notice)
         return None
 
-    def _api_failure(self, error: TurnError, after: float | None = None) -> TurnError | None:
+    def _api_failure(self, error: p.TurnError, after: float | None = None) -> p.TurnError | None:
         url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
         return api_failure(error.message, retry_status(error), url, after=after)
 
-    def _check_retry(self, notice: TurnError) -> b.TurnOutcome | None:
+    def _check_retry(self, notice: p.TurnError) -> b.TurnOutcome | None:
         """A retry notice: the turn fails (and the CLI is stopped) once retrying cannot help:
         a 401 again, or no connection for the budget."""
         status = retry_status(notice)
@@ -241,19 +223,19 @@ class CodexExecSession(b.BackendSession):
             return None
         return None if error is None else b.TurnOutcome("failed", error)
 
-    def _usage(self, total: TokenUsageBreakdown) -> ThreadTokenUsage:
+    def _usage(self, total: p.TokenUsageBreakdown) -> p.ThreadTokenUsage:
         # exec reports the thread's cumulative usage; `last` is the difference. (A session
         # opened on an existing thread does not know the earlier total: its first `last` is
         # the cumulative figure.)
         prev = self._previous_total
         self._previous_total = total
         if prev is None:
-            return ThreadTokenUsage(total=total, last=total)
+            return p.ThreadTokenUsage(total=total, last=total)
 
         def diff(now: int | None, before: int | None) -> int:
             return max(0, (now or 0) - (before or 0))
 
-        last = TokenUsageBreakdown(
+        last = p.TokenUsageBreakdown(
             total_tokens=diff(total.total_tokens, prev.total_tokens),
             input_tokens=diff(total.input_tokens, prev.input_tokens),
             cached_input_tokens=diff(total.cached_input_tokens, prev.cached_input_tokens),
@@ -266,7 +248,7 @@ class CodexExecSession(b.BackendSession):
                 total.cache_write_input_tokens, prev.cache_write_input_tokens
             ),
         )
-        return ThreadTokenUsage(total=total, last=last)
+        return p.ThreadTokenUsage(total=total, last=last)
 
     async def _item(self, raw: dict[str, Any], etype: str, prefix: str, ctx: b.TurnContext) -> None:
         mapped = _exec_item(raw, prefix, self.settings.cwd)

@@ -10,17 +10,8 @@ from typing import Any
 
 import msgspec
 
-from ...procs.group import (
-    GroupProcess,
-    exit_status,
-)
-from ...protocol import (
-    CommandAction,
-    ThreadItem,
-    ThreadTokenUsage,
-    TurnError,
-    TurnPlanStep,
-)
+from ...procs.group import GroupProcess, exit_status
+from ...protocol import CommandAction, ThreadItem, ThreadTokenUsage, TurnError, TurnPlanStep
 from .. import base as b
 
 __all__ = ["native_binary"]

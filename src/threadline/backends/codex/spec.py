@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, mode_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities, per_turn_capabilities
 
 __all__ = ["SPEC"]
 
@@ -18,14 +18,12 @@ SPEC = BackendSpec(
             "native: `developerInstructions` / `baseInstructions` on thread/start",
             images=True,
         ),
-        "exec": mode_capabilities(
+        "exec": per_turn_capabilities(
             (
                 "`codex exec --json` spawned per turn (prompt on stdin), `codex exec resume "
                 "<session>` from the 2nd turn"
             ),
             "native: `-c developer_instructions=…` / `-c instructions=…`",
-            approvals=False,
-            interrupt=False,
             deltas=False,
         ),
     },

@@ -10,14 +10,9 @@ from typing import Any
 
 import trio
 
-from ...protocol import (
-    TurnError,
-)
+from ...protocol import TurnError
 from ..kit.acp import AcpError, AcpSession, AcpTurnMapper
-from ..kit.api_errors import (
-    ConnectionWatch,
-    unreachable,
-)
+from ..kit.api_errors import ConnectionWatch, unreachable
 from ..kit.api_probe import probe_target, watch_api
 from .headless import _api_error, _info_for_status
 from .invocation import _CHECK, PROBE_BUDGET, _api_failure, api_url

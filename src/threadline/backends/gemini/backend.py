@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-
-import trio
+from functools import partial
 
 from .. import base as b
-from ..kit.acp import AcpPool
+from ..kit.acp import AcpHost, AcpPool, AcpSession, PooledAcpBackend, open_acp_session
 from .acp import GeminiAcpSession, _wait_out_session_minute
 from .headless import GeminiHeadlessSession
 from .invocation import _env, _model_flags
@@ -41,13 +40,9 @@ log = logging.getLogger("threadline.backend.gemini")
 # -- backend ---------------------------------------------------------------------------------------
 
 
-class GeminiBackend(b.Backend):
+class GeminiBackend(PooledAcpBackend):
     def __init__(self) -> None:
-        super().__init__(SPEC)
-        self._pool = AcpPool("gemini --acp")
-
-    def attach(self, nursery: trio.Nursery) -> None:
-        self._pool.attach(nursery)
+        super().__init__(SPEC, AcpPool("gemini --acp"))
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
@@ -57,17 +52,14 @@ class GeminiBackend(b.Backend):
             return
         env = _env(settings)
         argv = [binary, "--acp", *_model_flags(settings)]
-        async with self._pool.host(
-            argv, settings.cwd, env, session_id=settings.backend_session_id
-        ) as host:
+
+        def new_session(host: AcpHost, settings: b.SessionSettings) -> AcpSession:
             session = GeminiAcpSession(host, settings, "gemini")
+            session.before_load = partial(_wait_out_session_minute, env=env)
+            return session
 
-            async def before_load(sid: str) -> None:
-                await _wait_out_session_minute(sid, env)
-
-            session.before_load = before_load
-            async with session.opened():
-                yield session
+        async with open_acp_session(self._pool, settings, argv, env, new_session) as session:
+            yield session
 
 
 def create() -> GeminiBackend:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -11,32 +10,11 @@ from typing import Any
 
 import trio
 
-from ...procs.group import (
-    exit_status,
-)
-from ...protocol import (
-    AgentMessageItem,
-    CommandExecutionItem,
-    DynamicToolCallItem,
-    FileChangeItem,
-    FileUpdateChange,
-    PatchKindAdd,
-    PatchKindUpdate,
-    ThreadItem,
-    TokenUsageBreakdown,
-    ToolOutputText,
-    TurnError,
-    UnknownAction,
-    WebSearchActionSearch,
-    WebSearchItem,
-)
+from ... import protocol as p
+from ...procs.group import exit_status
 from .. import base as b
-from ..kit.api_errors import (
-    ConnectionWatch,
-    is_connection_failure,
-    no_credentials,
-    unreachable,
-)
+from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials, unreachable
+from ..kit.diff import file_diff
 from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
 from ..kit.usage import UsageFields, UsageTotals, read_usage
 from .invocation import (
@@ -162,19 +140,19 @@ class _HeadlessTurn:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
-        self.message: AgentMessageItem | None = None
+        self.message: p.AgentMessageItem | None = None
         self.text: list[str] = []
-        self.tools: dict[str, ThreadItem] = {}
+        self.tools: dict[str, p.ThreadItem] = {}
         self.result: dict[str, Any] | None = None
         self.last_error: str | None = None  # the last `error` event: why a result failed
         self.watch = ConnectionWatch(budget=PROBE_BUDGET)
         self.scope = trio.CancelScope()
-        self.gave_up: TurnError | None = None
+        self.gave_up: p.TurnError | None = None
 
     async def delta(self, chunk: str, ctx: b.TurnContext) -> None:
         if self.message is None:
-            self.message = AgentMessageItem(id=ctx.new_item_id(), text="")
-            await ctx.emit(b.ItemStarted(AgentMessageItem(id=self.message.id, text="")))
+            self.message = p.AgentMessageItem(id=ctx.new_item_id(), text="")
+            await ctx.emit(b.ItemStarted(p.AgentMessageItem(id=self.message.id, text="")))
         self.text.append(chunk)
         await ctx.emit(b.AgentMessageDelta(self.message.id, chunk))
 
@@ -207,7 +185,7 @@ def _no_result(code: int, detail: str) -> b.BackendError:
     )
 
 
-def _result_error(msg: str, code: int, settings: b.SessionSettings) -> TurnError:
+def _result_error(msg: str, code: int, settings: b.SessionSettings) -> p.TurnError:
     """The error of a headless `result` with status error (`code`: gemini's exit status)."""
     meaning = _EXIT_MEANING.get(code)
     info = meaning[1] if meaning else _info_from_text(msg)
@@ -218,10 +196,12 @@ def _result_error(msg: str, code: int, settings: b.SessionSettings) -> TurnError
         text, http_status = api
         status = http_status or status
         info = _info_for_status(http_status, text) if http_status is not None else info
-        return _api_failure(text, status, settings.env) or TurnError(
+        return _api_failure(text, status, settings.env) or p.TurnError(
             message=text, codex_error_info=info
         )
-    return _api_failure(msg, status, settings.env) or TurnError(message=msg, codex_error_info=info)
+    return _api_failure(msg, status, settings.env) or p.TurnError(
+        message=msg, codex_error_info=info
+    )
 
 
 _GOOGLE_ERROR = re.compile(r"\{.*\}", re.DOTALL)
@@ -278,23 +258,23 @@ _USAGE = UsageFields(
 )
 
 
-def _headless_usage(stats: Any) -> TokenUsageBreakdown | None:
+def _headless_usage(stats: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(stats, _USAGE)
 
 
-def _headless_tool(event: dict[str, Any], cwd: str) -> ThreadItem:
+def _headless_tool(event: dict[str, Any], cwd: str) -> p.ThreadItem:
     name = str(event.get("tool_name") or "tool")
     tool_id = str(event.get("tool_id") or uuid.uuid4())
     params = event.get("parameters") if isinstance(event.get("parameters"), dict) else {}
     assert isinstance(params, dict)
     if name == "run_shell_command":
         command = str(params.get("command", ""))
-        return CommandExecutionItem(
+        return p.CommandExecutionItem(
             id=tool_id,
             command=command,
             cwd=str(params.get("dir_path") or cwd),
             status="inProgress",
-            command_actions=[UnknownAction(command=command)],
+            command_actions=[p.UnknownAction(command=command)],
         )
     if name in ("write_file", "replace"):
         path = str(params.get("file_path", ""))
@@ -314,46 +294,41 @@ def _headless_tool(event: dict[str, Any], cwd: str) -> ThreadItem:
                 str(params.get("new_string", "")),
                 -1 if params.get("allow_multiple") else 1,
             )
-        diff = "".join(
-            difflib.unified_diff(
-                (old or "").splitlines(keepends=True),
-                new.splitlines(keepends=True),
-                fromfile="/dev/null" if old is None else f"a/{path.lstrip('/')}",
-                tofile=f"b/{path.lstrip('/')}",
-            )
-        )
-        return FileChangeItem(
+        diff = file_diff(path.lstrip("/"), old, new)
+        return p.FileChangeItem(
             id=tool_id,
             status="inProgress",
             changes=[
-                FileUpdateChange(
-                    path=path, kind=PatchKindAdd() if old is None else PatchKindUpdate(), diff=diff
+                p.FileUpdateChange(
+                    path=path,
+                    kind=p.PatchKindAdd() if old is None else p.PatchKindUpdate(),
+                    diff=diff,
                 )
             ],
         )
     if name == "google_web_search":
         query = str(params.get("query", ""))
-        return WebSearchItem(id=tool_id, query=query, action=WebSearchActionSearch(query=query))
-    return DynamicToolCallItem(
+        return p.WebSearchItem(id=tool_id, query=query, action=p.WebSearchActionSearch(query=query))
+    return p.DynamicToolCallItem(
         id=tool_id, tool=name, arguments=params, status="inProgress", namespace="gemini"
     )
 
 
-def _finish_tool(item: ThreadItem, event: dict[str, Any]) -> ThreadItem:
+def _finish_tool(item: p.ThreadItem, event: dict[str, Any]) -> p.ThreadItem:
     ok = event.get("status") == "success"
     error = event.get("error") if isinstance(event.get("error"), dict) else {}
     assert isinstance(error, dict)
     output = event.get("output")
     # Refused by the approval mode / policy (headless cannot ask): it never ran.
     refused = error.get("type") in ("policy_violation", "tool_not_registered")
-    if isinstance(item, CommandExecutionItem):
+    if isinstance(item, p.CommandExecutionItem):
         item.status = "completed" if ok else ("declined" if refused else "failed")
         item.aggregated_output = str(output) if output is not None else error.get("message")
-    elif isinstance(item, FileChangeItem):
+    elif isinstance(item, p.FileChangeItem):
         item.status = "completed" if ok else ("declined" if refused else "failed")
-    elif isinstance(item, DynamicToolCallItem):
+    elif isinstance(item, p.DynamicToolCallItem):
         item.status = "completed" if ok else "failed"
         item.success = ok
         text = str(output) if output is not None else str(error.get("message", ""))
-        item.content_items = [ToolOutputText(text=text)] if text else []
+        item.content_items = [p.ToolOutputText(text=text)] if text else []
     return item

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ...protocol import (
-    TurnError,
-)
+from ...protocol import TurnError
 from .. import base as b
-from ..kit.api_errors import (
-    is_connection_failure,
-    refused,
-    unreachable,
-)
+from ..kit.api_errors import is_connection_failure, refused, unreachable
 from .spec import SPEC
 
 __all__ = ["PROBE_BUDGET", "api_url"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, acp_capabilities, mode_capabilities
+from ..spec import BackendSpec, NpmCli, acp_capabilities, per_turn_capabilities
 
 __all__ = ["SPEC"]
 
@@ -11,11 +11,9 @@ SPEC = BackendSpec(
     display_name="Gemini CLI",
     capabilities={
         "acp": acp_capabilities("gemini --acp"),
-        "headless": mode_capabilities(
+        "headless": per_turn_capabilities(
             ("`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"),
             "bootstrap text prepended to the first prompt",
-            approvals=False,
-            interrupt=False,
             reasoning=False,
         ),
     },

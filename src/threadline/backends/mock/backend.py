@@ -16,7 +16,6 @@ A prompt is a script, one directive per line (any other line is echoed back as t
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -29,25 +28,11 @@ from typing import Any
 import trio
 import trio.lowlevel
 
+from ... import protocol as p
 from ...ids import new_id
 from ...procs.group import ProcessError, open_group_process
-from ...protocol import (
-    AgentMessageItem,
-    CommandExecutionItem,
-    DynamicToolCallItem,
-    FileChangeItem,
-    FileUpdateChange,
-    PatchKindAdd,
-    PatchKindUpdate,
-    ReasoningItem,
-    ThreadTokenUsage,
-    TokenUsageBreakdown,
-    ToolOutputText,
-    ToolRequestUserInputQuestion,
-    TurnPlanStep,
-    UnknownAction,
-)
 from .. import base as b
+from ..kit.diff import file_diff
 from .spec import SPEC
 
 __all__ = ["MockBackend"]
@@ -55,7 +40,7 @@ __all__ = ["MockBackend"]
 
 def _words(text: str) -> list[str]:
     parts = text.split(" ")
-    return [p + (" " if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
+    return [part + (" " if i < len(parts) - 1 else "") for i, part in enumerate(parts)]
 
 
 class MockSession(b.BackendSession):
@@ -64,7 +49,7 @@ class MockSession(b.BackendSession):
         self.session_id = settings.backend_session_id or f"mock-{new_id()}"
         self._scope: trio.CancelScope | None = None
         self._turns = 0
-        self._usage = TokenUsageBreakdown(
+        self._usage = p.TokenUsageBreakdown(
             total_tokens=0,
             input_tokens=0,
             cached_input_tokens=0,
@@ -112,14 +97,14 @@ class MockSession(b.BackendSession):
 
     async def _message(self, ctx: b.TurnContext, text: str) -> None:
         item_id = ctx.new_item_id()
-        await ctx.emit(b.ItemStarted(AgentMessageItem(id=item_id, text="")))
+        await ctx.emit(b.ItemStarted(p.AgentMessageItem(id=item_id, text="")))
         for word in _words(text):
             await ctx.emit(b.AgentMessageDelta(item_id, word))
             await trio.lowlevel.checkpoint()
-        await ctx.emit(b.ItemCompleted(AgentMessageItem(id=item_id, text=text)))
+        await ctx.emit(b.ItemCompleted(p.AgentMessageItem(id=item_id, text=text)))
 
     async def _report_usage(self, ctx: b.TurnContext, text: str) -> None:
-        last = TokenUsageBreakdown(
+        last = p.TokenUsageBreakdown(
             total_tokens=len(text) + 10,
             input_tokens=len(text),
             cached_input_tokens=0,
@@ -127,14 +112,14 @@ class MockSession(b.BackendSession):
             reasoning_output_tokens=0,
         )
         u = self._usage
-        self._usage = TokenUsageBreakdown(
+        self._usage = p.TokenUsageBreakdown(
             total_tokens=u.total_tokens + last.total_tokens,
             input_tokens=u.input_tokens + last.input_tokens,
             cached_input_tokens=0,
             output_tokens=u.output_tokens + last.output_tokens,
             reasoning_output_tokens=0,
         )
-        await ctx.emit(b.TokenUsageUpdated(ThreadTokenUsage(total=self._usage, last=last)))
+        await ctx.emit(b.TokenUsageUpdated(p.ThreadTokenUsage(total=self._usage, last=last)))
 
     # -- directives ----------------------------------------------------------------------------
 
@@ -143,16 +128,16 @@ class MockSession(b.BackendSession):
 
     async def _do_reason(self, arg: str, ctx: b.TurnContext) -> None:
         item_id = ctx.new_item_id()
-        await ctx.emit(b.ItemStarted(ReasoningItem(id=item_id)))
+        await ctx.emit(b.ItemStarted(p.ReasoningItem(id=item_id)))
         await ctx.emit(b.ReasoningSummaryPartAdded(item_id, 0))
         for word in _words(arg):
             await ctx.emit(b.ReasoningSummaryDelta(item_id, word, 0))
-        await ctx.emit(b.ItemCompleted(ReasoningItem(id=item_id, summary=[arg])))
+        await ctx.emit(b.ItemCompleted(p.ReasoningItem(id=item_id, summary=[arg])))
 
     async def _do_plan(self, arg: str, ctx: b.TurnContext) -> None:
         steps = [s.strip() for s in arg.split("|") if s.strip()]
         plan = [
-            TurnPlanStep(step=s, status="inProgress" if i == 0 else "pending")
+            p.TurnPlanStep(step=s, status="inProgress" if i == 0 else "pending")
             for i, s in enumerate(steps)
         ]
         await ctx.emit(b.PlanUpdated(plan))
@@ -173,12 +158,12 @@ class MockSession(b.BackendSession):
 
     async def _do_run(self, arg: str, ctx: b.TurnContext) -> None:
         cwd = self.settings.cwd
-        item = CommandExecutionItem(
+        item = p.CommandExecutionItem(
             id=ctx.new_item_id(),
             command=arg,
             cwd=cwd,
             status="inProgress",
-            command_actions=[UnknownAction(command=arg)],
+            command_actions=[p.UnknownAction(command=arg)],
         )
         await ctx.emit(b.ItemStarted(item))
         decision = await ctx.request_approval(
@@ -235,19 +220,12 @@ class MockSession(b.BackendSession):
                 old: str | None = fh.read()
         except FileNotFoundError:
             old = None
-        diff = "".join(
-            difflib.unified_diff(
-                (old or "").splitlines(keepends=True),
-                content.splitlines(keepends=True),
-                fromfile="/dev/null" if old is None else f"a/{rel}",
-                tofile=f"b/{rel}",
-            )
-        )
-        kind = PatchKindAdd() if old is None else PatchKindUpdate()
-        item = FileChangeItem(
+        diff = file_diff(rel, old, content)
+        kind = p.PatchKindAdd() if old is None else p.PatchKindUpdate()
+        item = p.FileChangeItem(
             id=ctx.new_item_id(),
             status="inProgress",
-            changes=[FileUpdateChange(path=path, kind=kind, diff=diff)],
+            changes=[p.FileUpdateChange(path=path, kind=kind, diff=diff)],
         )
         await ctx.emit(b.ItemStarted(item))
         decision = await ctx.request_approval(
@@ -271,7 +249,7 @@ class MockSession(b.BackendSession):
             args: Any = json.loads(raw_args) if raw_args.strip() else {}
         except json.JSONDecodeError:
             args = raw_args
-        item = DynamicToolCallItem(
+        item = p.DynamicToolCallItem(
             id=ctx.new_item_id(),
             tool=name or "tool",
             arguments=args,
@@ -290,11 +268,13 @@ class MockSession(b.BackendSession):
         ok = decision in ("accept", "acceptForSession")
         item.status = "completed" if ok else "failed"
         item.success = ok
-        item.content_items = [ToolOutputText(text=f"{item.tool} {'ran' if ok else 'was declined'}")]
+        item.content_items = [
+            p.ToolOutputText(text=f"{item.tool} {'ran' if ok else 'was declined'}")
+        ]
         await ctx.emit(b.ItemCompleted(item))
 
     async def _do_ask(self, arg: str, ctx: b.TurnContext) -> None:
-        item = DynamicToolCallItem(
+        item = p.DynamicToolCallItem(
             id=ctx.new_item_id(),
             tool="AskUserQuestion",
             arguments={"question": arg},
@@ -305,13 +285,13 @@ class MockSession(b.BackendSession):
         answers = await ctx.request_user_input(
             item.id,
             [
-                ToolRequestUserInputQuestion(id="q1", header="Question", question=arg or "?"),
+                p.ToolRequestUserInputQuestion(id="q1", header="Question", question=arg or "?"),
             ],
         )
         picked = (answers or {}).get("q1") or []
         item.status = "completed" if answers is not None else "failed"
         item.success = answers is not None
-        item.content_items = [ToolOutputText(text=", ".join(picked) or "(no answer)")]
+        item.content_items = [p.ToolOutputText(text=", ".join(picked) or "(no answer)")]
         await ctx.emit(b.ItemCompleted(item))
         await self._message(ctx, f"answer: {', '.join(picked) or '(none)'}")
 

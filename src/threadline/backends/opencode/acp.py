@@ -13,31 +13,12 @@ from typing import Any
 
 import trio
 
-from ...protocol import (
-    FileChangeItem,
-    FileUpdateChange,
-    PatchChangeKind,
-    PatchKindAdd,
-    PatchKindUpdate,
-    TurnError,
-)
+from ... import protocol as p
 from .. import base as b
-from ..kit.acp import (
-    AcpError,
-    AcpHost,
-    AcpSession,
-    AcpTurnMapper,
-    error_info_for_code,
-)
+from ..kit.acp import AcpError, AcpHost, AcpSession, AcpTurnMapper, error_info_for_code
 from ..kit.acp.session import PROMPT_DONE
 from ..kit.api_errors import ConnectionWatch
-from .api import (
-    StreamFailure,
-    api_error,
-    give_up_error,
-    no_model,
-    stream_failure,
-)
+from .api import StreamFailure, api_error, give_up_error, no_model, stream_failure
 from .invocation import _env
 
 log = logging.getLogger("threadline.backend.opencode")
@@ -193,11 +174,11 @@ class OpenCodeAcpSession(AcpSession):
             return b.TurnOutcome("failed", await self._provider_error(started_ms))
         return outcome
 
-    def turn_error(self, error: AcpError) -> TurnError:
+    def turn_error(self, error: AcpError) -> p.TurnError:
         self._prompt_error = error  # made readable by run_turn (`_provider_error`)
         return super().turn_error(error)
 
-    async def _provider_error(self, since_ms: int) -> TurnError:
+    async def _provider_error(self, since_ms: int) -> p.TurnError:
         """The failed prompt's error. OpenCode's ACP answer to a provider failure is only
         `-32603 "Internal error: <provider message>"` (data `{errorName: "APIError"}`): the
         HTTP status is dropped, so a 401 and a 500 looked alike ("other"). OpenCode stores the
@@ -216,7 +197,7 @@ class OpenCodeAcpSession(AcpSession):
             if found is not None:
                 text, status, url = found
                 message = text or message
-        return api_error(message, status, url) or TurnError(
+        return api_error(message, status, url) or p.TurnError(
             message=message,
             codex_error_info=error_info_for_code(status or 0, message),
             additional_details=f"HTTP {status}" if status else None,
@@ -310,19 +291,19 @@ class OpenCodeAcpSession(AcpSession):
         if isinstance(meta.get("exists"), bool):
             info.exists = meta["exists"]
 
-    def _fix_file_change(self, item: FileChangeItem) -> None:
+    def _fix_file_change(self, item: p.FileChangeItem) -> None:
         info = self._files.get(item.id)
         if info is None:
             return
         first = item.changes[0] if item.changes else None
-        kind: PatchChangeKind = first.kind if first else PatchKindUpdate()
+        kind: p.PatchChangeKind = first.kind if first else p.PatchKindUpdate()
         if info.exists is not None:
-            kind = PatchKindUpdate() if info.exists else PatchKindAdd()
+            kind = p.PatchKindUpdate() if info.exists else p.PatchKindAdd()
         path = info.path or (first.path if first else "")
         if info.patch is not None:
-            item.changes = [FileUpdateChange(path=path, kind=kind, diff=info.patch)]
+            item.changes = [p.FileUpdateChange(path=path, kind=kind, diff=info.patch)]
         elif first is not None:
-            item.changes = [FileUpdateChange(path=path, kind=kind, diff=first.diff)]
+            item.changes = [p.FileUpdateChange(path=path, kind=kind, diff=first.diff)]
 
     async def _emit(self, ctx: b.TurnContext, mapper: AcpTurnMapper) -> None:
         # AcpSession._emit, plus the file-change fix-up (see the class docstring), under the
@@ -330,7 +311,7 @@ class OpenCodeAcpSession(AcpSession):
         async with self._emit_lock:
             for event in mapper.take():
                 if isinstance(event, (b.ItemStarted, b.ItemCompleted)) and isinstance(
-                    event.item, FileChangeItem
+                    event.item, p.FileChangeItem
                 ):
                     self._fix_file_change(event.item)
                 await ctx.emit(event)

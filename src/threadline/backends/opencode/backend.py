@@ -21,16 +21,10 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import trio
-
 from .. import base as b
-from ..kit.acp import (
-    AcpPool,
-)
+from ..kit.acp import AcpPool, PooledAcpBackend, open_acp_session
 from .acp import OpenCodeAcpSession, _acp_stderr_line
-from .api import (
-    LOG_FLAGS,
-)
+from .api import LOG_FLAGS
 from .invocation import _env
 from .run import OpenCodeRunSession
 from .spec import SPEC
@@ -49,13 +43,9 @@ log = logging.getLogger("threadline.backend.opencode")
 # -- backend ---------------------------------------------------------------------------------------
 
 
-class OpenCodeBackend(b.Backend):
+class OpenCodeBackend(PooledAcpBackend):
     def __init__(self) -> None:
-        super().__init__(SPEC)
-        self._pool = AcpPool("opencode acp", _acp_stderr_line)
-
-    def attach(self, nursery: trio.Nursery) -> None:
-        self._pool.attach(nursery)
+        super().__init__(SPEC, AcpPool("opencode acp", _acp_stderr_line))
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
@@ -65,16 +55,11 @@ class OpenCodeBackend(b.Backend):
             return
         env = _env(settings)
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")
-        async with self._pool.host(
-            [binary, "acp", "--cwd", settings.cwd, *LOG_FLAGS],
-            settings.cwd,
-            env,
-            key_extra=key,
-            session_id=settings.backend_session_id,
-        ) as host:
-            session = OpenCodeAcpSession(host, settings)
-            async with session.opened():
-                yield session
+        argv = [binary, "acp", "--cwd", settings.cwd, *LOG_FLAGS]
+        async with open_acp_session(
+            self._pool, settings, argv, env, OpenCodeAcpSession, key_extra=key
+        ) as session:
+            yield session
 
 
 def create() -> OpenCodeBackend:

@@ -6,41 +6,15 @@ from typing import Any
 
 import trio
 
-from ...procs.group import (
-    exit_status,
-)
-from ...protocol import (
-    AgentMessageItem,
-    CommandExecutionItem,
-    DynamicToolCallItem,
-    FileChangeItem,
-    FileUpdateChange,
-    PatchKindAdd,
-    PatchKindUpdate,
-    ReasoningItem,
-    ThreadItem,
-    TokenUsageBreakdown,
-    ToolOutputText,
-    TurnError,
-    TurnPlanStep,
-    UnknownAction,
-)
+from ... import protocol as p
+from ...procs.group import exit_status
 from .. import base as b
-from ..kit.acp import (
-    error_info_for_code,
-)
+from ..kit.acp import error_info_for_code
 from ..kit.api_errors import ConnectionWatch
 from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, UsageTotals, add_usage, read_usage
-from .api import (
-    LOG_FLAGS,
-    api_error,
-    give_up_error,
-    model_not_found,
-    no_model,
-    stream_failure,
-)
+from .api import LOG_FLAGS, api_error, give_up_error, model_not_found, no_model, stream_failure
 from .invocation import _env
 
 __all__ = ["OpenCodeRunSession"]
@@ -124,14 +98,14 @@ class OpenCodeRunSession(b.BackendSession):
         part = event.get("part") if isinstance(event.get("part"), dict) else {}
         assert isinstance(part, dict)
         if etype == "text":
-            item = AgentMessageItem(
+            item = p.AgentMessageItem(
                 id=str(part.get("id") or ctx.new_item_id()), text=str(part.get("text", ""))
             )
             await ctx.emit(b.ItemCompleted(item))
         elif etype == "reasoning":
             text = str(part.get("text", ""))
             item_id = str(part.get("id") or ctx.new_item_id())
-            reasoning = ReasoningItem(id=item_id, summary=[text] if text else [])
+            reasoning = p.ReasoningItem(id=item_id, summary=[text] if text else [])
             await ctx.emit(b.ItemCompleted(reasoning))
         elif etype == "tool_use":
             mapped = _run_tool(part, self.settings.cwd)
@@ -156,10 +130,10 @@ class _RunState:
         self.cwd = cwd
         self.events = 0
         self.errors: list[dict[str, Any]] = []
-        self.usage: TokenUsageBreakdown | None = None
+        self.usage: p.TokenUsageBreakdown | None = None
         self.watch = ConnectionWatch()
         self.scope = trio.CancelScope()
-        self.gave_up: TurnError | None = None
+        self.gave_up: p.TurnError | None = None
         self.missing_model: str | None = None
 
     def stderr_line(self, line: str) -> None:
@@ -172,7 +146,7 @@ class _RunState:
             self.scope.cancel()
 
 
-def _run_error(err: dict[str, Any], missing_model: str | None) -> TurnError:
+def _run_error(err: dict[str, Any], missing_model: str | None) -> p.TurnError:
     """The turn's error for the last `error` event of `opencode run`."""
     data = err.get("data") if isinstance(err.get("data"), dict) else {}
     assert isinstance(data, dict)
@@ -183,7 +157,7 @@ def _run_error(err: dict[str, Any], missing_model: str | None) -> TurnError:
     url = meta.get("url") if isinstance(meta.get("url"), str) else None
     if missing_model is not None and err.get("name") == "UnknownError":
         return no_model(missing_model)
-    return api_error(message, status, url) or TurnError(
+    return api_error(message, status, url) or p.TurnError(
         message=message,
         codex_error_info=error_info_for_code(status or 0, message),
         additional_details=f"HTTP {status}" if status else None,
@@ -201,11 +175,11 @@ class _DatabaseLocked(Exception):
 _STEP_USAGE = UsageFields("input", "output", "total", "cache.read", "reasoning", "cache.write")
 
 
-def _step_usage(tokens: Any) -> TokenUsageBreakdown | None:
+def _step_usage(tokens: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(tokens, _STEP_USAGE)
 
 
-def _run_tool(part: dict[str, Any], cwd: str) -> ThreadItem | list[TurnPlanStep]:
+def _run_tool(part: dict[str, Any], cwd: str) -> p.ThreadItem | list[p.TurnPlanStep]:
     """A finished `tool_use` part → a completed item (run mode reports tools only at the end)."""
     tool = str(part.get("tool") or "tool")
     call_id = str(part.get("callID") or part.get("id") or tool)
@@ -222,12 +196,12 @@ def _run_tool(part: dict[str, Any], cwd: str) -> ThreadItem | list[TurnPlanStep]
         command = str(args.get("command", ""))
         code = meta.get("exit")
         output = meta.get("output") if isinstance(meta.get("output"), str) else state.get("output")
-        return CommandExecutionItem(
+        return p.CommandExecutionItem(
             id=call_id,
             command=command,
             cwd=str(args.get("workdir") or cwd),
             status="declined" if rejected else ("completed" if ok else "failed"),
-            command_actions=[UnknownAction(command=command)],
+            command_actions=[p.UnknownAction(command=command)],
             aggregated_output=str(output) if output is not None else (error or None),
             exit_code=code if isinstance(code, int) else None,
         )
@@ -239,22 +213,22 @@ def _run_tool(part: dict[str, Any], cwd: str) -> ThreadItem | list[TurnPlanStep]
         if not diff and tool == "write":
             content = str(args.get("content", ""))
             diff = "".join(f"+{line}\n" for line in content.splitlines())
-        kind = PatchKindUpdate() if meta.get("exists") or tool == "edit" else PatchKindAdd()
-        return FileChangeItem(
+        kind = p.PatchKindUpdate() if meta.get("exists") or tool == "edit" else p.PatchKindAdd()
+        return p.FileChangeItem(
             id=call_id,
-            changes=[FileUpdateChange(path=path, kind=kind, diff=diff)],
+            changes=[p.FileUpdateChange(path=path, kind=kind, diff=diff)],
             status="declined" if rejected else ("completed" if ok else "failed"),
         )
     if tool == "todowrite":
         return todo_steps(args.get("todos"))
     output = state.get("output")
     text = str(output) if output is not None else error
-    return DynamicToolCallItem(
+    return p.DynamicToolCallItem(
         id=call_id,
         tool=tool,
         arguments=args,
         namespace="opencode",
         status="completed" if ok else "failed",
         success=ok,
-        content_items=[ToolOutputText(text=text)] if text else [],
+        content_items=[p.ToolOutputText(text=text)] if text else [],
     )

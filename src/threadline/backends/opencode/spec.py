@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, acp_capabilities, mode_capabilities
+from ..spec import BackendSpec, NpmCli, acp_capabilities, per_turn_capabilities
 
 __all__ = ["SPEC"]
 
@@ -11,11 +11,9 @@ SPEC = BackendSpec(
     display_name="OpenCode",
     capabilities={
         "acp": acp_capabilities("opencode acp"),
-        "run": mode_capabilities(
+        "run": per_turn_capabilities(
             ("`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn"),
             "bootstrap text prepended to the first prompt",
-            approvals=False,
-            interrupt=False,
             deltas=False,
         ),
     },

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import trio
-
 from .. import base as b
-from ..kit.acp import AcpPool
+from ..kit.acp import AcpPool, PooledAcpBackend, open_acp_session
 from .acp import QwenAcpSession
 from .invocation import acp_argv
 from .spec import SPEC
@@ -20,23 +18,17 @@ from .spec import SPEC
 __all__ = ["QwenBackend", "create"]
 
 
-class QwenBackend(b.Backend):
+class QwenBackend(PooledAcpBackend):
     def __init__(self) -> None:
-        super().__init__(SPEC)
-        self._pool = AcpPool("qwen --acp")
-
-    def attach(self, nursery: trio.Nursery) -> None:
-        self._pool.attach(nursery)
+        super().__init__(SPEC, AcpPool("qwen --acp"))
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
         argv = acp_argv(self.binary(settings), settings)
-        async with self._pool.host(
-            argv, settings.cwd, dict(settings.env), session_id=settings.backend_session_id
-        ) as host:
-            session = QwenAcpSession(host, settings)
-            async with session.opened():
-                yield session
+        async with open_acp_session(
+            self._pool, settings, argv, dict(settings.env), QwenAcpSession
+        ) as session:
+            yield session
 
 
 def create() -> QwenBackend:

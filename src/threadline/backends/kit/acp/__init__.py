@@ -12,6 +12,7 @@ router, interrupt → `session/cancel`. `fs/read_text_file` / `fs/write_text_fil
 the agent are answered inside the thread's cwd only.
 """
 
+from .backend import PooledAcpBackend, open_acp_session
 from .host import AcpError, AcpHost, error_info_for_code
 from .mapper import AcpTurnMapper, usage_from_prompt_result
 from .pool import AcpPool
@@ -23,6 +24,8 @@ __all__ = [
     "AcpPool",
     "AcpSession",
     "AcpTurnMapper",
+    "PooledAcpBackend",
     "error_info_for_code",
+    "open_acp_session",
     "usage_from_prompt_result",
 ]

@@ -3,30 +3,14 @@ results."""
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....protocol import (
-    AgentMessageItem,
-    CommandExecutionItem,
-    DynamicToolCallItem,
-    FileChangeItem,
-    FileUpdateChange,
-    PatchKindAdd,
-    PatchKindDelete,
-    PatchKindUpdate,
-    ReasoningItem,
-    ThreadItem,
-    TokenUsageBreakdown,
-    ToolOutputText,
-    UnknownAction,
-    WebSearchActionSearch,
-    WebSearchItem,
-)
+from .... import protocol as p
 from ... import base as b
+from ..diff import file_diff
 from ..plan import todo_steps
 from ..usage import UsageFields, read_usage
 
@@ -47,17 +31,11 @@ def _content_text(content: Any) -> str:
 
 
 def _unified(path: str, old: str | None, new: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            new.splitlines(keepends=True),
-            fromfile="/dev/null" if not old else f"a/{path.lstrip('/')}",
-            tofile=f"b/{path.lstrip('/')}",
-        )
-    )
+    # An empty old text is shown as a new file too.
+    return file_diff(path.lstrip("/"), old or None, new)
 
 
-def _diff_changes(content: Any) -> list[FileUpdateChange]:
+def _diff_changes(content: Any) -> list[p.FileUpdateChange]:
     changes = []
     for block in content if isinstance(content, list) else []:
         if not isinstance(block, dict) or block.get("type") != "diff":
@@ -66,12 +44,12 @@ def _diff_changes(content: Any) -> list[FileUpdateChange]:
         old, new = block.get("oldText"), str(block.get("newText") or "")
         meta_kind = (block.get("_meta") or {}).get("kind")
         if meta_kind == "delete":
-            kind: PatchKindAdd | PatchKindDelete | PatchKindUpdate = PatchKindDelete()
+            kind: p.PatchKindAdd | p.PatchKindDelete | p.PatchKindUpdate = p.PatchKindDelete()
         elif meta_kind == "add" or not old:
-            kind = PatchKindAdd()
+            kind = p.PatchKindAdd()
         else:
-            kind = PatchKindUpdate()
-        changes.append(FileUpdateChange(path=path, kind=kind, diff=_unified(path, old, new)))
+            kind = p.PatchKindUpdate()
+        changes.append(p.FileUpdateChange(path=path, kind=kind, diff=_unified(path, old, new)))
     return changes
 
 
@@ -83,13 +61,13 @@ class AcpTurnMapper:
     backend_id: str
     new_id: Callable[[], str]
     events: list[b.BackendEvent] = field(default_factory=list)
-    tools: dict[str, ThreadItem] = field(default_factory=dict)
+    tools: dict[str, p.ThreadItem] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     declined: set[str] = field(default_factory=set)
-    _message: AgentMessageItem | None = None
+    _message: p.AgentMessageItem | None = None
     _message_key: Any = None
     _message_text: list[str] = field(default_factory=list)
-    _thought: ReasoningItem | None = None
+    _thought: p.ReasoningItem | None = None
     _thought_text: list[str] = field(default_factory=list)
     #: Set once the turn is being cancelled: a command that "completes" after that was cut
     #: short (Gemini reports its killed shell as completed, "Command cancelled by user.").
@@ -130,9 +108,9 @@ class AcpTurnMapper:
             if self._message is not None and key is not None and key != self._message_key:
                 self.close_text()
             if self._message is None:
-                self._message = AgentMessageItem(id=self.new_id(), text="")
+                self._message = p.AgentMessageItem(id=self.new_id(), text="")
                 self._message_key = key
-                self.events.append(b.ItemStarted(AgentMessageItem(id=self._message.id, text="")))
+                self.events.append(b.ItemStarted(p.AgentMessageItem(id=self._message.id, text="")))
             if text:
                 self._message_text.append(text)
                 self.events.append(b.AgentMessageDelta(self._message.id, text))
@@ -141,8 +119,8 @@ class AcpTurnMapper:
             if self._message is not None:
                 self.close_text()
             if self._thought is None:
-                self._thought = ReasoningItem(id=self.new_id())
-                self.events.append(b.ItemStarted(ReasoningItem(id=self._thought.id)))
+                self._thought = p.ReasoningItem(id=self.new_id())
+                self.events.append(b.ItemStarted(p.ReasoningItem(id=self._thought.id)))
                 self.events.append(b.ReasoningSummaryPartAdded(self._thought.id, 0))
             if text:
                 self._thought_text.append(text)
@@ -155,7 +133,7 @@ class AcpTurnMapper:
         # user_message_chunk (history replay), available_commands_update, usage_update,
         # config_option_update, current_mode_update: nothing for the client here.
 
-    def tool_item(self, call: dict[str, Any]) -> ThreadItem:
+    def tool_item(self, call: dict[str, Any]) -> p.ThreadItem:
         """The item for an ACP tool call (from a tool_call or a permission request)."""
         call_id = str(call.get("toolCallId") or self.new_id())
         kind = call.get("kind")
@@ -165,12 +143,12 @@ class AcpTurnMapper:
         if kind == "execute":
             command = str(raw.get("command") or title)
             cwd = str(raw.get("cwd") or raw.get("workdir") or raw.get("dir_path") or self.cwd)
-            return CommandExecutionItem(
+            return p.CommandExecutionItem(
                 id=call_id,
                 command=command,
                 cwd=cwd,
                 status="inProgress",
-                command_actions=[UnknownAction(command=command)],
+                command_actions=[p.UnknownAction(command=command)],
             )
         if kind in ("edit", "delete", "move"):
             changes = _diff_changes(call.get("content"))
@@ -188,17 +166,19 @@ class AcpTurnMapper:
                     path = os.path.join(self.cwd, path)
                 new = raw.get("content")
                 changes = [
-                    FileUpdateChange(
+                    p.FileUpdateChange(
                         path=path,
-                        kind=PatchKindAdd() if not os.path.exists(path) else PatchKindUpdate(),
+                        kind=p.PatchKindAdd() if not os.path.exists(path) else p.PatchKindUpdate(),
                         diff=_unified(path, None, str(new)) if isinstance(new, str) else "",
                     )
                 ]
-            return FileChangeItem(id=call_id, changes=changes, status="inProgress")
+            return p.FileChangeItem(id=call_id, changes=changes, status="inProgress")
         if kind == "fetch" and "search" in title.lower():
             query = str(raw.get("query") or title)
-            return WebSearchItem(id=call_id, query=query, action=WebSearchActionSearch(query=query))
-        return DynamicToolCallItem(
+            return p.WebSearchItem(
+                id=call_id, query=query, action=p.WebSearchActionSearch(query=query)
+            )
+        return p.DynamicToolCallItem(
             id=call_id,
             tool=title or str(kind or "tool"),
             arguments=raw or None,
@@ -206,7 +186,7 @@ class AcpTurnMapper:
             namespace=self.backend_id,
         )
 
-    def start_tool(self, call: dict[str, Any]) -> ThreadItem:
+    def start_tool(self, call: dict[str, Any]) -> p.ThreadItem:
         """The call's item, started at its first sight. A later sight (an update, a permission
         request) may bring the command the first one lacked (OpenCode's first `tool_call` has
         only the tool's name): the item takes it."""
@@ -218,9 +198,13 @@ class AcpTurnMapper:
             self.tools[item.id] = item
             self.events.append(b.ItemStarted(item))
         raw = call.get("rawInput")
-        if isinstance(item, CommandExecutionItem) and isinstance(raw, dict) and raw.get("command"):
+        if (
+            isinstance(item, p.CommandExecutionItem)
+            and isinstance(raw, dict)
+            and raw.get("command")
+        ):
             item.command = str(raw["command"])
-            item.command_actions = [UnknownAction(command=item.command)]
+            item.command_actions = [p.UnknownAction(command=item.command)]
         return item
 
     def _tool(self, update: dict[str, Any]) -> None:
@@ -231,7 +215,7 @@ class AcpTurnMapper:
         text = _content_text(update.get("content"))
         # Output comes in updates only: a first `tool_call`'s content describes the call
         # (Gemini: "[current working directory …] (description)"), it is not output.
-        if isinstance(item, CommandExecutionItem) and text and kind == "tool_call_update":
+        if isinstance(item, p.CommandExecutionItem) and text and kind == "tool_call_update":
             seen = self.outputs.get(call_id, "")
             # OpenCode sends growing snapshots of the output: forward only what is new.
             if text.startswith(seen) and len(text) > len(seen):
@@ -256,7 +240,7 @@ class AcpTurnMapper:
         raw_out = update.get("rawOutput") if isinstance(update.get("rawOutput"), dict) else {}
         assert isinstance(raw_out, dict)
         declined = declined or call_id in self.declined
-        if isinstance(item, CommandExecutionItem):
+        if isinstance(item, p.CommandExecutionItem):
             meta = raw_out.get("metadata") if isinstance(raw_out.get("metadata"), dict) else {}
             assert isinstance(meta, dict)
             out = raw_out.get("output") if isinstance(raw_out.get("output"), str) else None
@@ -265,15 +249,15 @@ class AcpTurnMapper:
             item.exit_code = code if isinstance(code, int) else None
             failed = failed or self.cancelled
             item.status = "declined" if declined else ("failed" if failed else "completed")
-        elif isinstance(item, FileChangeItem):
+        elif isinstance(item, p.FileChangeItem):
             changes = _diff_changes(update.get("content"))
             if changes:
                 item.changes = changes
             item.status = "declined" if declined else ("failed" if failed else "completed")
-        elif isinstance(item, DynamicToolCallItem):
+        elif isinstance(item, p.DynamicToolCallItem):
             item.status = "failed" if failed or declined else "completed"
             item.success = not (failed or declined)
-            item.content_items = [ToolOutputText(text=text)] if text else []
+            item.content_items = [p.ToolOutputText(text=text)] if text else []
         self.events.append(b.ItemCompleted(item))
 
 
@@ -290,7 +274,7 @@ _ACP_USAGE = UsageFields(
 _QUOTA_USAGE = UsageFields(input="input_tokens", output="output_tokens")
 
 
-def usage_from_prompt_result(result: dict[str, Any]) -> TokenUsageBreakdown | None:
+def usage_from_prompt_result(result: dict[str, Any]) -> p.TokenUsageBreakdown | None:
     """The turn's usage from the agent's answer to `session/prompt`, when it reports one."""
     if isinstance(result.get("usage"), dict):
         return read_usage(result["usage"], _ACP_USAGE)

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from ..spawn import running
 from .host import AcpHost, StderrHandler
 
 __all__ = ["AcpPool"]
@@ -48,12 +49,8 @@ class AcpPool:
         if self._nursery is None:
             # No server nursery: a private process for this session.
             host = AcpHost(argv, cwd, env, self.name, self.on_stderr_line)
-            async with trio.open_nursery() as nursery:
-                await nursery.start(host.run)
-                try:
-                    yield host
-                finally:
-                    host.stop()
+            async with running(host.run, host.stop):
+                yield host
             return
         key = (tuple(argv), cwd + "\0" + key_extra)
         while True:

@@ -11,14 +11,8 @@ from typing import Any
 import trio
 
 from ....channels import receive_ready_or_none
-from ....procs.group import (
-    processes_gone,
-)
-from ....protocol import (
-    CommandExecutionItem,
-    FileChangeItem,
-    TurnError,
-)
+from ....procs.group import processes_gone
+from ....protocol import CommandExecutionItem, FileChangeItem, TurnError
 from ... import base as b
 from ...registry import SPECS
 from ..api_errors import no_credentials
