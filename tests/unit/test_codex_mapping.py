@@ -13,6 +13,7 @@ import pytest
 from tests.transcripts import transcript
 from threadline.backends import base as b
 from threadline.backends.codex.exec import CodexExecSession, _error_info, _exec_item
+from threadline.backends.codex.invocation import CodexCommand
 from threadline.backends.registry import SPECS
 from threadline.protocol import (
     AgentMessageItem,
@@ -71,7 +72,7 @@ def stdout_events(scenario: str) -> list[dict[str, Any]]:
 
 def session(**settings: Any) -> CodexExecSession:
     return CodexExecSession(
-        b.SessionSettings(thread_id="t", cwd=CWD, mode="exec", **settings), "codex"
+        b.SessionSettings(thread_id="t", cwd=CWD, mode="exec", **settings), CodexCommand("codex")
     )
 
 

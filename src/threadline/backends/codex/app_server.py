@@ -25,9 +25,9 @@ from .invocation import (
     _STEP_DECODER,
     _STOP_WAIT,
     _USAGE_DECODER,
+    CodexCommand,
     _config_flags,
     _convert,
-    _env,
     _exit_error,
 )
 from .spec import SPEC
@@ -36,15 +36,9 @@ log = logging.getLogger("threadline.backend.codex")
 
 
 class CodexAppServerSession(b.BackendSession):
-    def __init__(
-        self,
-        settings: b.SessionSettings,
-        binary: str,
-        launcher_env: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, settings: b.SessionSettings, codex: CodexCommand) -> None:
         self.settings = settings
-        self.binary = binary
-        self.launcher_env = launcher_env or {}
+        self.codex = codex
         self.proc: GroupProcess | None = None
         self.codex_thread_id: str | None = None
         self._endpoint: Endpoint | None = None
@@ -64,7 +58,7 @@ class CodexAppServerSession(b.BackendSession):
         self._gave_up: p.TurnError | None = None
 
     def argv(self) -> list[str]:
-        return [self.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
+        return [self.codex.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
 
     # -- process and JSON-RPC plumbing --------------------------------------------------------
 
@@ -77,7 +71,7 @@ class CodexAppServerSession(b.BackendSession):
             async with open_session_process(
                 self.argv(),
                 cwd=self.settings.cwd,
-                env=_env(self.settings, self.launcher_env),
+                env=self.codex.env(self.settings),
                 name="codex app-server",
             ) as proc:
                 self.proc = proc

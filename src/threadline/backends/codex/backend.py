@@ -28,21 +28,12 @@ from .. import base as b
 from ..kit.spawn import running
 from .app_server import CodexAppServerSession
 from .exec import CodexExecSession
-from .invocation import native_binary
+from .invocation import CodexCommand
 from .spec import SPEC
 
 __all__ = ["CodexBackend"]
 
 log = logging.getLogger("threadline.backend.codex")
-
-
-# -- app-server mode ---------------------------------------------------------------------------
-
-
-# -- exec mode -----------------------------------------------------------------------------------
-
-
-# -- backend ---------------------------------------------------------------------------------------
 
 
 class CodexBackend(b.Backend):
@@ -51,12 +42,11 @@ class CodexBackend(b.Backend):
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        binary = self.binary(settings)
-        binary, launcher_env = native_binary(binary)
+        codex = CodexCommand.resolved(self.binary(settings))
         if settings.mode == "exec":
-            yield CodexExecSession(settings, binary, launcher_env)
+            yield CodexExecSession(settings, codex)
             return
-        session = CodexAppServerSession(settings, binary, launcher_env)
+        session = CodexAppServerSession(settings, codex)
         async with running(session.run_process, session.close):
             yield session
 

@@ -11,7 +11,7 @@ from ..kit.api_errors import ConnectionWatch, is_connection_failure
 from ..kit.per_turn import open_turn_process
 from ..kit.usage import UsageFields, read_usage
 from .api import STATUS_TEXT, api_failure, provider_url, retry_status
-from .invocation import _COMMON_FLAGS, _config_flags, _env, _exit_error
+from .invocation import _COMMON_FLAGS, CodexCommand, _config_flags, _exit_error
 
 _EXEC_STATUS: dict[str, Literal["inProgress", "completed", "failed", "declined"]] = {
     "in_progress": "inProgress",
@@ -111,15 +111,9 @@ def _usage(raw: Any) -> p.TokenUsageBreakdown | None:
 
 
 class CodexExecSession(b.BackendSession):
-    def __init__(
-        self,
-        settings: b.SessionSettings,
-        binary: str,
-        launcher_env: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, settings: b.SessionSettings, codex: CodexCommand) -> None:
         self.settings = settings
-        self.binary = binary
-        self.launcher_env = launcher_env or {}
+        self.codex = codex
         self._previous_total: p.TokenUsageBreakdown | None = None
         #: The last `error` event's message (the reason given if the turn fails without one).
         self.last_error: str | None = None
@@ -128,7 +122,7 @@ class CodexExecSession(b.BackendSession):
     def argv(self, turn: b.TurnInput) -> list[str]:
         s = self.settings
         argv = [
-            self.binary,
+            self.codex.binary,
             "exec",
             "--json",
             "--skip-git-repo-check",
@@ -162,7 +156,7 @@ class CodexExecSession(b.BackendSession):
             self.argv(turn),
             prompt=turn.text,
             cwd=self.settings.cwd,
-            env=_env(self.settings, self.launcher_env),
+            env=self.codex.env(self.settings),
             name="codex exec",
         ) as proc:
             while (event := await proc.read_json_object()) is not None:

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -14,7 +15,7 @@ from ...procs.group import GroupProcess, exit_status
 from ...protocol import CommandAction, ThreadItem, ThreadTokenUsage, TurnError, TurnPlanStep
 from .. import base as b
 
-__all__ = ["native_binary"]
+__all__ = ["CodexCommand", "native_binary"]
 
 _STOP_WAIT = 0.5  # how long the commands killed on interrupt get to go before a restart
 
@@ -48,11 +49,24 @@ def _config_flags(settings: b.SessionSettings) -> list[str]:
     return flags
 
 
-def _env(settings: b.SessionSettings, launcher_env: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(settings.env)
-    env.update(launcher_env or {})
-    env["PWD"] = settings.cwd
-    return env
+@dataclass(frozen=True)
+class CodexCommand:
+    """The codex binary a session runs, and what the npm launcher would add to its
+    environment (see `native_binary`)."""
+
+    binary: str
+    launcher_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def resolved(cls, path: str) -> CodexCommand:
+        binary, launcher_env = native_binary(path)
+        return cls(binary, launcher_env)
+
+    def env(self, settings: b.SessionSettings) -> dict[str, str]:
+        """The CLI's environment: the thread's, the launcher's, and PWD = the thread's cwd."""
+        env = {**settings.env, **self.launcher_env}
+        env["PWD"] = settings.cwd
+        return env
 
 
 #: Node platform → (Rust target triple, npm platform package) as in the npm launcher.
