@@ -28,9 +28,9 @@ from ... import protocol as p
 from .. import base as b
 from ..kit.api_errors import (
     ConnectionWatch,
-    is_connection_failure,
     no_credentials,
     refused,
+    refused_or_unreachable,
     unreachable,
 )
 from ..kit.diff import file_diff
@@ -491,13 +491,9 @@ class ClaudeTurnMapper:
 
     def _api_error(self, status: Any, message: str) -> p.TurnError | None:
         """The error that says what to do, for a refused, missing or unreachable API."""
-        if status == 401:
-            return refused(SPEC, self.url, message)
         if status is None and self._synthetic_kind == "authentication_failed":
             return no_credentials(SPEC, message)  # "Not logged in · Please run /login"
-        if status is None and is_connection_failure(message):
-            return unreachable(SPEC, self.url, _CHECK, message)
-        return None
+        return refused_or_unreachable(SPEC, status, message, self.url, _CHECK)
 
     def result(self, msg: dict[str, Any]) -> TurnResult:
         usage = usage_breakdown(msg.get("usage"))

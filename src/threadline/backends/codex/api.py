@@ -21,7 +21,7 @@ import tomllib
 from typing import Any
 
 from ...protocol import TurnError
-from ..kit.api_errors import is_connection_failure, no_credentials, refused, unreachable
+from ..kit.api_errors import no_credentials, refused_or_unreachable
 from .spec import SPEC
 
 __all__ = ["CHECK", "STATUS_TEXT", "api_failure", "provider_url", "retry_status"]
@@ -76,10 +76,6 @@ def api_failure(
     Codex's own words; `after`: the seconds of retries threadline stopped), else None."""
     found = _URL.search(text + " ")
     url = found.group(1) if found else fallback_url
-    if status == 401:
-        return refused(SPEC, url, text)
-    if "Missing environment variable" in text:
+    if status != 401 and "Missing environment variable" in text:
         return no_credentials(SPEC, text)
-    if status is None and is_connection_failure(text):
-        return unreachable(SPEC, url, CHECK, text, after=after)
-    return None
+    return refused_or_unreachable(SPEC, status, text, url, CHECK, after=after)

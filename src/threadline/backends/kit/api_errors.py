@@ -29,6 +29,7 @@ __all__ = [
     "is_connection_failure",
     "no_credentials",
     "refused",
+    "refused_or_unreachable",
     "unreachable",
 ]
 
@@ -87,6 +88,25 @@ def unreachable(
         codex_error_info=UNREACHABLE_INFO,
         additional_details=_detail(detail),
     )
+
+
+def refused_or_unreachable(
+    spec: BackendSpec,
+    status: int | None,
+    detail: str,
+    url: str | None,
+    check: str,
+    *,
+    after: float | None = None,
+    no_connection: Callable[[str], bool] = is_connection_failure,
+) -> TurnError | None:
+    """The error that says what to do when the API refused the credentials (401) or could not
+    be connected to (no status, and `no_connection` reads the CLI's words so), else None."""
+    if status == 401:
+        return refused(spec, url, detail)
+    if status is None and no_connection(detail):
+        return unreachable(spec, url or "its provider's base URL", check, detail, after=after)
+    return None
 
 
 class ConnectionWatch:

@@ -22,7 +22,7 @@ from ..kit.api_errors import (
     ConnectionWatch,
     is_connection_failure,
     no_credentials,
-    refused,
+    refused_or_unreachable,
     unreachable,
 )
 from .spec import SPEC
@@ -137,11 +137,7 @@ def give_up_error(
 
 def api_error(message: str, status: int | None, url: str | None) -> TurnError | None:
     """The error that says what to do for a refused or unreachable API, else None."""
-    if status == 401:
-        return refused(SPEC, url, message)
-    if status is None and is_connection_failure(message):
-        return unreachable(SPEC, url or "its provider's base URL", CHECK, message)
-    return None
+    return refused_or_unreachable(SPEC, status, message, url, CHECK)
 
 
 def no_model(detail: str) -> TurnError:

@@ -7,7 +7,7 @@ import re
 from ...protocol import TurnError
 from .. import base as b
 from ..kit.acp import error_info_for_code
-from ..kit.api_errors import is_connection_failure, refused, unreachable
+from ..kit.api_errors import is_connection_failure, refused_or_unreachable
 from .spec import SPEC
 
 __all__ = [
@@ -59,10 +59,11 @@ def api_failure(text: str, env: dict[str, str]) -> TurnError | None:
     """The error a user sees for qwen's words about a failed API call, None if they are not
     about one."""
     status = status_of(text)
-    if status == 401:
-        return refused(SPEC, api_url(env), text)
-    if status is None and is_connection_error(text):
-        return unreachable(SPEC, api_url(env), CHECK, text)
+    failure = refused_or_unreachable(
+        SPEC, status, text, api_url(env), CHECK, no_connection=is_connection_error
+    )
+    if failure is not None:
+        return failure
     if text.strip() == _CUT:
         return TurnError(
             message=f"{SPEC.display_name} lost the model's answer: the API's stream was cut off",
