@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["receive_ready", "receive_ready_or_none", "send_ready"]
+__all__ = ["drain", "receive_ready", "receive_ready_or_none", "send_ready"]
 
 T = TypeVar("T")
 
@@ -40,3 +40,17 @@ async def receive_ready_or_none(channel: trio.MemoryReceiveChannel[T | None]) ->
         return await receive_ready(channel)
     except trio.EndOfChannel:
         return None
+
+
+def drain(channel: trio.MemoryReceiveChannel[T | None]) -> tuple[list[T], bool]:
+    """What `channel` holds now, without waiting, up to its end marker (None) or its close;
+    and whether the marker came (the CLI's reader has ended)."""
+    items: list[T] = []
+    while True:
+        try:
+            item = channel.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return items, False
+        if item is None:
+            return items, True
+        items.append(item)

@@ -19,9 +19,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import trio
-
 from .. import base as b
+from ..kit.spawn import running
 from .print import ClaudePrintSession
 from .spec import SPEC
 from .stream import ClaudeStreamSession
@@ -29,15 +28,6 @@ from .stream import ClaudeStreamSession
 __all__ = ["ClaudeBackend"]
 
 log = logging.getLogger("threadline.backend.claude")
-
-
-# -- stream mode -----------------------------------------------------------------------------------
-
-
-# -- print mode ----------------------------------------------------------------------------------
-
-
-# -- backend ---------------------------------------------------------------------------------------
 
 
 class ClaudeBackend(b.Backend):
@@ -57,12 +47,8 @@ class ClaudeBackend(b.Backend):
             yield ClaudePrintSession(settings, binary, self._unsaved)
             return
         session = ClaudeStreamSession(settings, binary, self._unsaved)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(session.run_process)
-            try:
-                yield session
-            finally:
-                await session.close()
+        async with running(session.run_process, session.close):
+            yield session
 
 
 def create() -> ClaudeBackend:

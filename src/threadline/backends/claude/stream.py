@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 import trio
 
-from ...channels import receive_ready_or_none, send_ready
+from ...channels import drain, receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
 from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
-from ..kit.spawn import open_session_process
+from ..kit.spawn import LiveCliSession
 from .invocation import (
     _DECLINE_MESSAGE,
     ClaudeSession,
@@ -30,7 +30,11 @@ __all__ = ["ClaudeStreamSession"]
 log = logging.getLogger("threadline.backend.claude")
 
 
-class ClaudeStreamSession(ClaudeSession):
+class ClaudeStreamSession(ClaudeSession, LiveCliSession):
+    process_name = "claude"
+    # The CLI flushes its transcript after stdin EOF; give it a moment.
+    exit_grace = 5.0
+
     def __init__(
         self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
     ) -> None:
@@ -42,8 +46,8 @@ class ClaudeStreamSession(ClaudeSession):
         self._write_lock = trio.Lock()
         self._request_seq = 0
         self._in_turn = False
-        self._exited = trio.Event()
-        self._close_stdin = trio.Event()
+        self.exited = trio.Event()
+        self.closing = trio.Event()
 
     # -- process ---------------------------------------------------------------------------------
 
@@ -52,30 +56,15 @@ class ClaudeStreamSession(ClaudeSession):
             "--input-format", "stream-json", "--permission-prompt-tool", "stdio"
         )
 
-    async def run_process(
-        self,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            async with open_session_process(
-                self.argv(), cwd=self.settings.cwd, env=_env(self.settings), name="claude"
-            ) as proc:
-                self.proc = proc
-                task_status.started()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._read_stdout, proc, nursery.cancel_scope)
-                    await self._write_control({"subtype": "initialize", "hooks": None})
-                    await self._close_stdin.wait()
-                    await proc.close_stdin()
-                    # The CLI flushes its transcript after stdin EOF; give it a moment.
-                    with trio.move_on_after(5):
-                        await proc.wait()
-                    nursery.cancel_scope.cancel()
-        finally:
-            self.healthy = False
-            self._exited.set()
-            self._messages_send.close()
+    def process_env(self) -> dict[str, str]:
+        return _env(self.settings)
+
+    async def opened(self, proc: GroupProcess, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._read_stdout, proc, nursery.cancel_scope)
+        await self._write_control({"subtype": "initialize", "hooks": None})
+
+    def ended(self) -> None:
+        self._messages_send.close()
 
     async def _read_stdout(self, proc: GroupProcess, scope: trio.CancelScope) -> None:
         decoder = msgspec.json.Decoder()
@@ -119,13 +108,10 @@ class ClaudeStreamSession(ClaudeSession):
         await self._write({"type": "control_request", "request_id": request_id, "request": request})
         return request_id
 
-    async def close(self) -> None:
-        self._close_stdin.set()
-
     # -- turns -----------------------------------------------------------------------------------
 
     async def interrupt(self) -> None:
-        if self._in_turn and not self._exited.is_set():
+        if self._in_turn and not self.exited.is_set():
             await self._write_control({"subtype": "interrupt"})
 
     def stop_commands(self, since: float) -> None:
@@ -138,17 +124,10 @@ class ClaudeStreamSession(ClaudeSession):
         proc = self.proc
         # Whatever arrived between turns belongs to no turn (but tells whether the CLI
         # refused to resume a conversation it never saved).
-        exited = False
-        while True:
-            try:
-                leftover = self._messages.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
-            if leftover is None:
-                exited = True
-                break
+        leftovers, exited = drain(self._messages)
+        for leftover in leftovers:
             self._check_resumable(leftover)
-        if proc is None or self._exited.is_set() or proc.returncode is not None:
+        if proc is None or self.exited.is_set() or proc.returncode is not None:
             self.healthy = False
             raise b.SessionLost("claude is not running")
         if exited:

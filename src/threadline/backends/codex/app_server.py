@@ -9,13 +9,13 @@ import msgspec
 import trio
 
 from ... import protocol as p
-from ...channels import receive_ready_or_none, send_ready
+from ...channels import drain, receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, processes_gone
 from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
 from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
-from ..kit.spawn import open_session_process
+from ..kit.spawn import LiveCliSession
 from .api import api_failure, provider_url, retry_status
 from .invocation import (
     _ACTIONS_DECODER,
@@ -35,7 +35,9 @@ from .spec import SPEC
 log = logging.getLogger("threadline.backend.codex")
 
 
-class CodexAppServerSession(b.BackendSession):
+class CodexAppServerSession(LiveCliSession):
+    process_name = "codex app-server"  # it exits 0 on stdin EOF
+
     def __init__(self, settings: b.SessionSettings, codex: CodexCommand) -> None:
         self.settings = settings
         self.codex = codex
@@ -43,9 +45,9 @@ class CodexAppServerSession(b.BackendSession):
         self.codex_thread_id: str | None = None
         self._endpoint: Endpoint | None = None
         self._events_send, self._events = trio.open_memory_channel[Incoming | None](10_000)
-        self._exited = trio.Event()
+        self.exited = trio.Event()
         self._turn_id: str | None = None
-        self._closing = trio.Event()
+        self.closing = trio.Event()
         # Command items of the running turn that have not been allowed to run (their approval
         # is pending, declined or cancelled): an interrupt leaves nothing of theirs running.
         self._not_running: set[str] = set()
@@ -62,40 +64,23 @@ class CodexAppServerSession(b.BackendSession):
 
     # -- process and JSON-RPC plumbing --------------------------------------------------------
 
-    async def run_process(
-        self,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            async with open_session_process(
-                self.argv(),
-                cwd=self.settings.cwd,
-                env=self.codex.env(self.settings),
-                name="codex app-server",
-            ) as proc:
-                self.proc = proc
-                # Codex's requests reach `_events` in arrival order with its notifications:
-                # the running turn answers them (`_server_request`).
-                self._endpoint = Endpoint(
-                    proc, name="codex app-server", on_message=self._queue, on_eof=self._ended
-                )
-                async with trio.open_nursery() as nursery:
-                    self._nursery = nursery
-                    nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
-                    await self._handshake()
-                    task_status.started()
-                    await self._closing.wait()
-                    await proc.close_stdin()  # app-server exits 0 on stdin EOF
-                    with trio.move_on_after(3):
-                        await proc.wait()
-                    nursery.cancel_scope.cancel()
-        finally:
-            self.healthy = False
-            self._exited.set()
-            self._events_send.close()
-            if self._endpoint is not None:
-                self._endpoint.close("codex app-server has stopped")
+    def process_env(self) -> dict[str, str]:
+        return self.codex.env(self.settings)
+
+    async def opened(self, proc: GroupProcess, nursery: trio.Nursery) -> None:
+        # Codex's requests reach `_events` in arrival order with its notifications: the
+        # running turn answers them (`_server_request`).
+        self._endpoint = Endpoint(
+            proc, name="codex app-server", on_message=self._queue, on_eof=self._ended
+        )
+        self._nursery = nursery
+        nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
+        await self._handshake()
+
+    def ended(self) -> None:
+        self._events_send.close()
+        if self._endpoint is not None:
+            self._endpoint.close("codex app-server has stopped")
 
     async def _serve(self, endpoint: Endpoint, scope: trio.CancelScope) -> None:
         """Read codex's output; once it ends (and its pending requests failed), so does the
@@ -115,7 +100,7 @@ class CodexAppServerSession(b.BackendSession):
     def _endpoint_or_exit(self) -> Endpoint:
         """The connection to the running app-server."""
         endpoint = self._endpoint
-        if endpoint is None or endpoint.closed is not None or self._exited.is_set():
+        if endpoint is None or endpoint.closed is not None or self.exited.is_set():
             raise _exit_error(self.proc, "is not running")
         return endpoint
 
@@ -206,13 +191,10 @@ class CodexAppServerSession(b.BackendSession):
             return False
         return bool(account.get("requiresOpenaiAuth")) and account.get("account") is None
 
-    def close(self) -> None:
-        self._closing.set()
-
     # -- turns -----------------------------------------------------------------------------------
 
     async def interrupt(self) -> None:
-        if self._turn_id is None or self.codex_thread_id is None or self._exited.is_set():
+        if self._turn_id is None or self.codex_thread_id is None or self.exited.is_set():
             return
         params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
         nursery = self._nursery
@@ -255,16 +237,11 @@ class CodexAppServerSession(b.BackendSession):
         return False
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        if self.codex_thread_id is None or self._exited.is_set():
+        if self.codex_thread_id is None or self.exited.is_set():
             raise _exit_error(self.proc, "is not running")
         # The thread is this child's only thread; drop what arrived between turns.
-        while True:
-            try:
-                stale = self._events.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
-            if stale is None:
-                raise _exit_error(self.proc, "exited between turns")
+        if drain(self._events)[1]:
+            raise _exit_error(self.proc, "exited between turns")
         await ctx.set_backend_session_id(self.codex_thread_id)
         if self._logged_out and await self._no_login():
             detail = "codex is not logged in (`account/read`: no account)"

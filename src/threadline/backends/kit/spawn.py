@@ -12,7 +12,7 @@ from ...procs.group import GroupProcess, ProcessError, open_group_process
 from .. import base as b
 from .cli_binary import resolve_cli
 
-__all__ = ["open_cli_process", "open_session_process", "running"]
+__all__ = ["LiveCliSession", "open_cli_process", "open_session_process", "running"]
 
 
 def open_cli_process(
@@ -50,3 +50,59 @@ async def running(
             yield
         finally:
             stop()
+
+
+class LiveCliSession(b.BackendSession):
+    """A session whose CLI lives as long as it does, talked to over its stdin.
+
+    `run_process` (run it with `running(session.run_process, session.close)`) starts the CLI,
+    lets `opened(proc, nursery)` start reading it and do the handshake, and says it has started;
+    after `close()` it closes the CLI's stdin and gives it `exit_grace` seconds to exit. However
+    the CLI ends, the session is unhealthy, `exited` is set and `ended()` runs. A subclass's
+    `__init__` sets `settings`, `exited` and `closing`."""
+
+    settings: b.SessionSettings
+    proc: GroupProcess | None = None
+    exited: trio.Event
+    closing: trio.Event
+    #: The CLI's name in process errors and logs.
+    process_name: str
+    #: How long the CLI may take to exit once its stdin is closed.
+    exit_grace: float = 3.0
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def process_env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    async def opened(self, proc: GroupProcess, nursery: trio.Nursery) -> None:
+        """Start reading the CLI (in `nursery`, which lives as long as the process) and talk
+        to it until it is ready for a turn."""
+
+    def ended(self) -> None:
+        """The CLI is gone: wake whatever waits for its output."""
+
+    def close(self) -> None:
+        self.closing.set()
+
+    async def run_process(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with open_session_process(
+                self.argv(), cwd=self.settings.cwd, env=self.process_env(), name=self.process_name
+            ) as proc:
+                self.proc = proc
+                async with trio.open_nursery() as nursery:
+                    await self.opened(proc, nursery)
+                    task_status.started()
+                    await self.closing.wait()
+                    await proc.close_stdin()
+                    with trio.move_on_after(self.exit_grace):
+                        await proc.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.healthy = False
+            self.exited.set()
+            self.ended()
