@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from .. import base as b
-from ..kit.acp import AcpPool
+from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, open_acp_session
 from .command import agent_command, agent_env, env_key
 from .session import GenericAcpSession
 from .spec import SPEC
@@ -61,17 +61,12 @@ class AcpBackend(b.Backend):
             command, env = agent_command(settings), agent_env(settings)
         except b.ConfigInvalid as exc:
             raise b.BackendError(str(exc), codex_error_info="other") from None
-        argv = [self.binary(settings), *command[1:]]
-        async with (
-            self._pool(command).host(
-                argv,
-                settings.cwd,
-                env,
-                key_extra=env_key(settings),
-                session_id=settings.backend_session_id,
-            ) as host,
-            GenericAcpSession(host, settings, command).opened() as session,
-        ):
+        agent = AcpAgent([self.binary(settings), *command[1:]], env, env_key(settings))
+
+        def new_session(host: AcpHost, settings: b.SessionSettings) -> AcpSession:
+            return GenericAcpSession(host, settings, command)
+
+        async with open_acp_session(self._pool(command), settings, agent, new_session) as session:
             yield session
 
 

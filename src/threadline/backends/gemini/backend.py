@@ -18,12 +18,10 @@ minute as the session file's name wipes the session — we wait for the next min
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from functools import partial
 
 from .. import base as b
-from ..kit.acp import AcpHost, AcpPool, AcpSession, PooledAcpBackend, open_acp_session
+from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import GeminiAcpSession, _wait_out_session_minute
 from .headless import GeminiHeadlessSession
 from .invocation import _env, _model_flags
@@ -34,32 +32,22 @@ __all__ = ["GeminiBackend"]
 log = logging.getLogger("threadline.backend.gemini")
 
 
-# -- headless --------------------------------------------------------------------------------------
-
-
-# -- backend ---------------------------------------------------------------------------------------
-
-
 class GeminiBackend(PooledAcpBackend):
+    per_turn_mode = "headless"
+
     def __init__(self) -> None:
         super().__init__(SPEC, AcpPool("gemini --acp"))
 
-    @asynccontextmanager
-    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        binary = self.binary(settings)
-        if settings.mode == "headless":
-            yield GeminiHeadlessSession(settings, binary)
-            return
-        env = _env(settings)
-        argv = [binary, "--acp", *_model_flags(settings)]
+    def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
+        return GeminiHeadlessSession(settings, binary)
 
-        def new_session(host: AcpHost, settings: b.SessionSettings) -> AcpSession:
-            session = GeminiAcpSession(host, settings, "gemini")
-            session.before_load = partial(_wait_out_session_minute, env=env)
-            return session
+    def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
+        return AcpAgent([binary, "--acp", *_model_flags(settings)], _env(settings))
 
-        async with open_acp_session(self._pool, settings, argv, env, new_session) as session:
-            yield session
+    def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
+        session = GeminiAcpSession(host, settings, "gemini")
+        session.before_load = partial(_wait_out_session_minute, env=_env(settings))
+        return session
 
 
 def create() -> GeminiBackend:

@@ -18,11 +18,9 @@ policy is `never`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from .. import base as b
-from ..kit.acp import AcpPool, PooledAcpBackend, open_acp_session
+from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import OpenCodeAcpSession, _acp_stderr_line
 from .api import LOG_FLAGS
 from .invocation import _env
@@ -34,32 +32,23 @@ __all__ = ["OpenCodeBackend"]
 log = logging.getLogger("threadline.backend.opencode")
 
 
-# -- run mode -------------------------------------------------------------------------------
-
-
-# -- ACP mode --------------------------------------------------------------------------------------
-
-
-# -- backend ---------------------------------------------------------------------------------------
-
-
 class OpenCodeBackend(PooledAcpBackend):
+    per_turn_mode = "run"
+
     def __init__(self) -> None:
         super().__init__(SPEC, AcpPool("opencode acp", _acp_stderr_line))
 
-    @asynccontextmanager
-    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        binary = self.binary(settings)
-        if settings.mode == "run":
-            yield OpenCodeRunSession(settings, binary)
-            return
+    def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
+        return OpenCodeRunSession(settings, binary)
+
+    def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
         env = _env(settings)
+        # Threads with other permissions or config need an agent of their own.
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")
-        argv = [binary, "acp", "--cwd", settings.cwd, *LOG_FLAGS]
-        async with open_acp_session(
-            self._pool, settings, argv, env, OpenCodeAcpSession, key_extra=key
-        ) as session:
-            yield session
+        return AcpAgent([binary, "acp", "--cwd", settings.cwd, *LOG_FLAGS], env, key)
+
+    def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
+        return OpenCodeAcpSession(host, settings)
 
 
 def create() -> OpenCodeBackend:

@@ -6,11 +6,8 @@ OPENAI_BASE_URL, OPENAI_MODEL or ~/.qwen/settings.json)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from .. import base as b
-from ..kit.acp import AcpPool, PooledAcpBackend, open_acp_session
+from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import QwenAcpSession
 from .invocation import acp_argv
 from .spec import SPEC
@@ -22,13 +19,11 @@ class QwenBackend(PooledAcpBackend):
     def __init__(self) -> None:
         super().__init__(SPEC, AcpPool("qwen --acp"))
 
-    @asynccontextmanager
-    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
-        argv = acp_argv(self.binary(settings), settings)
-        async with open_acp_session(
-            self._pool, settings, argv, dict(settings.env), QwenAcpSession
-        ) as session:
-            yield session
+    def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
+        return AcpAgent(acp_argv(binary, settings), dict(settings.env))
+
+    def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
+        return QwenAcpSession(host, settings)
 
 
 def create() -> QwenBackend:

@@ -12,13 +12,14 @@ router, interrupt → `session/cancel`. `fs/read_text_file` / `fs/write_text_fil
 the agent are answered inside the thread's cwd only.
 """
 
-from .backend import PooledAcpBackend, open_acp_session
+from .backend import AcpAgent, PooledAcpBackend, open_acp_session
 from .host import AcpError, AcpHost, error_info_for_code
 from .mapper import AcpTurnMapper, usage_from_prompt_result
 from .pool import AcpPool
 from .session import AcpSession
 
 __all__ = [
+    "AcpAgent",
     "AcpError",
     "AcpHost",
     "AcpPool",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import trio
 
@@ -13,26 +15,33 @@ from .host import AcpHost
 from .pool import AcpPool
 from .session import AcpSession
 
-__all__ = ["PooledAcpBackend", "open_acp_session"]
+__all__ = ["AcpAgent", "PooledAcpBackend", "open_acp_session"]
+
+
+@dataclass(frozen=True)
+class AcpAgent:
+    """How a thread's agent process runs: its command line and environment, and `key_extra`,
+    what else keeps two threads off one agent (as `AcpPool.host`)."""
+
+    argv: Sequence[str]
+    env: dict[str, str]
+    key_extra: str = ""
 
 
 @asynccontextmanager
 async def open_acp_session(
     pool: AcpPool,
     settings: b.SessionSettings,
-    argv: Sequence[str],
-    env: dict[str, str],
+    agent: AcpAgent,
     new_session: Callable[[AcpHost, b.SessionSettings], AcpSession],
-    key_extra: str = "",
 ) -> AsyncIterator[AcpSession]:
-    """The thread's session (`new_session`, opened) on the pool's agent for `argv` in the
-    thread's cwd (`key_extra`: as `AcpPool.host`)."""
+    """The thread's session (`new_session`, opened) on the pool's `agent` in the thread's cwd."""
     async with (
         pool.host(
-            argv,
+            agent.argv,
             settings.cwd,
-            env,
-            key_extra=key_extra,
+            agent.env,
+            key_extra=agent.key_extra,
             session_id=settings.backend_session_id,
         ) as host,
         new_session(host, settings).opened() as session,
@@ -41,7 +50,12 @@ async def open_acp_session(
 
 
 class PooledAcpBackend(b.Backend):
-    """A backend with one `AcpPool`, run in the server's nursery once attached."""
+    """A backend with one `AcpPool`, run in the server's nursery once attached. A thread's
+    session runs on the pool's `agent()` as `new_session()` makes it; the `per_turn_mode`, if
+    the CLI has one, runs the CLI once per turn instead (`per_turn_session()`)."""
+
+    #: The mode that runs the CLI once per turn instead of as a pooled agent, if any.
+    per_turn_mode: str | None = None
 
     def __init__(self, spec: BackendSpec, pool: AcpPool) -> None:
         super().__init__(spec)
@@ -49,3 +63,24 @@ class PooledAcpBackend(b.Backend):
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._pool.attach(nursery)
+
+    @abc.abstractmethod
+    def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
+        """The agent process the thread's session runs on."""
+
+    @abc.abstractmethod
+    def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
+        """The thread's session on `host`, not yet opened."""
+
+    def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
+        raise NotImplementedError(f"{self.id} has no per-turn mode")
+
+    @asynccontextmanager
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        binary = self.binary(settings)
+        if settings.mode == self.per_turn_mode:
+            yield self.per_turn_session(settings, binary)
+            return
+        agent = self.agent(settings, binary)
+        async with open_acp_session(self._pool, settings, agent, self.new_session) as session:
+            yield session
