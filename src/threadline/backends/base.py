@@ -365,22 +365,10 @@ class Backend(abc.ABC):
 
     def __init__(self, spec: BackendSpec) -> None:
         self.spec = spec
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def display_name(self) -> str:
-        return self.spec.display_name
-
-    @property
-    def modes(self) -> Sequence[str]:
-        return self.spec.modes
-
-    @property
-    def default_mode(self) -> str:
-        return self.spec.default_mode
+        self.id: str = spec.id
+        self.display_name: str = spec.display_name
+        self.modes: Sequence[str] = spec.modes
+        self.default_mode: str = spec.default_mode
 
     def capabilities(self, mode: str) -> BackendCapabilities:
         return self.spec.capabilities[mode]
