@@ -356,16 +356,15 @@ def test_error_info_texts() -> None:
 
 
 def test_argv_follows_policy_sandbox_and_resume() -> None:
-    turn = b.TurnInput(turn_id="t1", input=[], text="hi")
-    argv = session().argv(turn)
+    argv = session().argv()
     assert argv[:3] == ["codex", "exec", "--json"]
     assert argv[argv.index("-s") + 1] == "read-only"  # the default: nothing can be written
     assert "--dangerously-bypass-approvals-and-sandbox" not in argv
     assert argv[6:8] == ["--disable", "unbounded_connection_retries"]
     assert argv[-1] == "-"  # the prompt comes from stdin
-    argv = session(approval_policy="never", developer_instructions='say "hi"').argv(turn)
+    argv = session(approval_policy="never", developer_instructions='say "hi"').argv()
     assert "--dangerously-bypass-approvals-and-sandbox" in argv and "-s" not in argv
     assert argv[argv.index("-c") + 1] == 'developer_instructions="say \\"hi\\""'
-    argv = session(sandbox="workspace-write", backend_session_id="abc").argv(turn)
+    argv = session(sandbox="workspace-write", backend_session_id="abc").argv()
     assert argv[argv.index("-s") + 1] == "workspace-write"
     assert argv[-3:] == ["resume", "abc", "-"]

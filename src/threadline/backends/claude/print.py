@@ -5,31 +5,30 @@ from __future__ import annotations
 import os
 
 from .. import base as b
-from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
+from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from .invocation import ClaudeSession, _env, _failure_from_exit, _finish_turn
 from .mapping import ClaudeTurnMapper, api_url
 
 __all__ = ["ClaudePrintSession"]
 
 
-class ClaudePrintSession(ClaudeSession):
+class ClaudePrintSession(ClaudeSession, PerTurnCliSession):
+    process_name = "claude -p"
+
     def argv(self) -> list[str]:
         argv = self.claude_argv("-p")
         if self.settings.approval_policy == "never":
             argv += _unattended_flags()
         return argv
 
+    def process_env(self) -> dict[str, str]:
+        return _env(self.settings)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         mapper = ClaudeTurnMapper(cwd=self.settings.cwd, url=api_url(self.settings.env))
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
-        async with open_turn_process(
-            self.argv(),
-            prompt=prompt_with_bootstrap(turn),
-            cwd=self.settings.cwd,
-            env=_env(self.settings),
-            name="claude -p",
-        ) as proc:
+        async with self.turn_process(prompt_with_bootstrap(turn)) as proc:
             while (message := await proc.read_json_object()) is not None:
                 await self.note_init(message, ctx)
                 if message.get("type") == "result":

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from ... import protocol as p
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure
-from ..kit.per_turn import open_turn_process
+from ..kit.per_turn import PerTurnCliSession
 from ..kit.usage import UsageFields, read_usage
 from .api import STATUS_TEXT, api_failure, provider_url, retry_status
 from .invocation import _COMMON_FLAGS, CodexCommand, _config_flags, _exit_error
@@ -110,7 +110,9 @@ def _usage(raw: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(raw, _USAGE)
 
 
-class CodexExecSession(b.BackendSession):
+class CodexExecSession(PerTurnCliSession):
+    process_name = "codex exec"
+
     def __init__(self, settings: b.SessionSettings, codex: CodexCommand) -> None:
         self.settings = settings
         self.codex = codex
@@ -119,7 +121,7 @@ class CodexExecSession(b.BackendSession):
         self.last_error: str | None = None
         self._watch = ConnectionWatch()
 
-    def argv(self, turn: b.TurnInput) -> list[str]:
+    def argv(self) -> list[str]:
         s = self.settings
         argv = [
             self.codex.binary,
@@ -146,19 +148,16 @@ class CodexExecSession(b.BackendSession):
         argv.append("-")  # the prompt comes from stdin (never argv: it may start with "-")
         return argv
 
+    def process_env(self) -> dict[str, str]:
+        return self.codex.env(self.settings)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
         prefix = f"{turn.turn_id[-12:]}-"
         self.last_error = None
         self._watch = ConnectionWatch()
-        async with open_turn_process(
-            self.argv(turn),
-            prompt=turn.text,
-            cwd=self.settings.cwd,
-            env=self.codex.env(self.settings),
-            name="codex exec",
-        ) as proc:
+        async with self.turn_process(turn.text) as proc:
             while (event := await proc.read_json_object()) is not None:
                 outcome = await self.handle_event(event, prefix, ctx)
                 if outcome is not None:

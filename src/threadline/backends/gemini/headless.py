@@ -15,7 +15,7 @@ from ...procs.group import exit_status
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials, unreachable
 from ..kit.diff import file_diff
-from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
+from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from ..kit.usage import UsageFields, UsageTotals, read_usage
 from .invocation import (
     _ATTEMPT_FAILED,
@@ -30,7 +30,9 @@ from .invocation import (
 from .spec import SPEC
 
 
-class GeminiHeadlessSession(b.BackendSession):
+class GeminiHeadlessSession(PerTurnCliSession):
+    process_name = "gemini -p"
+
     def __init__(self, settings: b.SessionSettings, binary: str) -> None:
         self.settings = settings
         self.binary = binary
@@ -55,6 +57,9 @@ class GeminiHeadlessSession(b.BackendSession):
         argv += ["-p", ""]
         return argv
 
+    def process_env(self) -> dict[str, str]:
+        return _env(self.settings)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if not self._started and self._tried:
             # The last try left no resumable session (and its id may be taken: --session-id
@@ -62,14 +67,8 @@ class GeminiHeadlessSession(b.BackendSession):
             self.session_id = str(uuid.uuid4())
         self._tried = True
         run = _HeadlessTurn(self.settings.env)
-        async with open_turn_process(
-            self.argv(),
-            prompt=prompt_with_bootstrap(turn),
-            cwd=self.settings.cwd,
-            env=_env(self.settings),
-            name="gemini -p",
-            on_stderr_line=run.stderr_line,
-        ) as proc:
+        prompt = prompt_with_bootstrap(turn)
+        async with self.turn_process(prompt, on_stderr_line=run.stderr_line) as proc:
             with run.scope:
                 while (event := await proc.read_json_object()) is not None:
                     await self._event(event, run, turn, ctx)

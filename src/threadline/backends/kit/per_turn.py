@@ -4,13 +4,13 @@ stdout (claude print, codex exec, gemini headless, opencode run)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ...procs.group import GroupProcess, ProcessError
 from .. import base as b
 from .spawn import open_cli_process
 
-__all__ = ["open_turn_process", "prompt_with_bootstrap"]
+__all__ = ["PerTurnCliSession", "open_turn_process", "prompt_with_bootstrap"]
 
 
 def prompt_with_bootstrap(turn: b.TurnInput) -> str:
@@ -40,3 +40,35 @@ async def open_turn_process(
             yield proc
     except ProcessError as exc:
         raise b.BackendError(str(exc), codex_error_info="other") from None
+
+
+class PerTurnCliSession(b.BackendSession):
+    """A session that runs its CLI once per turn (`turn_process`), as `argv()` and
+    `process_env()` say; `process_name` names it in errors."""
+
+    settings: b.SessionSettings
+    process_name: str
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def process_env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def turn_process(
+        self,
+        prompt: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        on_stderr_line: Callable[[str], None] | None = None,
+    ) -> AbstractAsyncContextManager[GroupProcess]:
+        """This turn's CLI in the thread's cwd, `prompt` on its stdin (`env`: instead of
+        `process_env()`)."""
+        return open_turn_process(
+            self.argv(),
+            prompt=prompt,
+            cwd=self.settings.cwd,
+            env=self.process_env() if env is None else env,
+            name=self.process_name,
+            on_stderr_line=on_stderr_line,
+        )

@@ -11,7 +11,7 @@ from ...procs.group import exit_status
 from .. import base as b
 from ..kit.acp import error_info_for_code
 from ..kit.api_errors import ConnectionWatch
-from ..kit.per_turn import open_turn_process, prompt_with_bootstrap
+from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, UsageTotals, add_usage, read_usage
 from .api import LOG_FLAGS, api_error, give_up_error, model_not_found, no_model, stream_failure
@@ -20,7 +20,9 @@ from .invocation import _env
 __all__ = ["OpenCodeRunSession"]
 
 
-class OpenCodeRunSession(b.BackendSession):
+class OpenCodeRunSession(PerTurnCliSession):
+    process_name = "opencode run"
+
     def __init__(self, settings: b.SessionSettings, binary: str) -> None:
         self.settings = settings
         self.binary = binary
@@ -39,6 +41,9 @@ class OpenCodeRunSession(b.BackendSession):
             argv.append("--auto")
         return argv
 
+    def process_env(self) -> dict[str, str]:
+        return _env(self.settings)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         try:
             return await self._run_once(turn, ctx)
@@ -55,15 +60,9 @@ class OpenCodeRunSession(b.BackendSession):
     async def _run_once(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
-        run = _RunState(_env(self.settings), self.settings.cwd)
-        async with open_turn_process(
-            self.argv(),
-            prompt=prompt_with_bootstrap(turn),
-            cwd=self.settings.cwd,
-            env=run.env,
-            name="opencode run",
-            on_stderr_line=run.stderr_line,
-        ) as proc:
+        run = _RunState(self.process_env(), self.settings.cwd)
+        prompt = prompt_with_bootstrap(turn)
+        async with self.turn_process(prompt, env=run.env, on_stderr_line=run.stderr_line) as proc:
             with run.scope:
                 while (event := await proc.read_json_object()) is not None:
                     run.watch.progress()
