@@ -57,6 +57,31 @@ def test_watch_guesses_the_next_attempt_from_the_last_gap_and_progress_resets_it
     assert not watch.failed()
 
 
+async def test_watch_expires_at_the_budget_without_waiting_for_a_late_attempt(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    watch = ConnectionWatch(budget=8, clock=trio.current_time)
+    ended: list[float] = []
+
+    async def wait() -> None:
+        await watch.expired()
+        ended.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        start = trio.current_time()
+        await trio.sleep(30)  # no failure: nothing expires
+        assert ended == []
+        watch.failed()
+        await trio.sleep(5)
+        watch.progress()  # the model answered: that series is over
+        await trio.sleep(30)
+        assert ended == []
+        watch.failed()  # a new series; its next attempt never comes (a DNS lookup hangs)
+        await trio.sleep(20)
+    assert ended == [pytest.approx(start + 65 + 8)]
+
+
 def test_watch_gives_up_on_the_second_refusal() -> None:
     watch = ConnectionWatch()
     assert not watch.refused()  # (the first retry may follow a token refresh)

@@ -8,8 +8,9 @@ text goes in `additionalDetails`.
 An unreachable API is retried by the CLIs for 25 s (codex) to minutes (claude, gemini,
 opencode). `ConnectionWatch` decides when to stop: once the connection failures the CLI
 reports have gone on for `CONNECT_BUDGET` seconds (counting its next attempt), with no answer
-from the model in between. A 429/5xx retry is never cut short by it: only failures to connect
-count.
+from the model in between; when the CLI's next attempt comes late (a slow DNS lookup, a long
+backoff), `expired()` says so at the budget. A 429/5xx retry is never cut short by it: only
+failures to connect count.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import re
 import time
 from collections.abc import Callable
 from typing import Any
+
+import trio
 
 from ...protocol import TurnError
 from ..spec import BackendSpec
@@ -126,10 +129,13 @@ class ConnectionWatch:
         self.first_failure: float | None = None
         self.last_failure: float | None = None
         self.refusals = 0
+        self._failing = trio.Event()  # set while a series of failures goes on
 
     def progress(self) -> None:
         self.first_failure = self.last_failure = None
         self.refusals = 0
+        if self._failing.is_set():
+            self._failing = trio.Event()
 
     def failed(self, next_delay: float | None = None) -> bool:
         now = self.clock()
@@ -137,12 +143,25 @@ class ConnectionWatch:
             next_delay = 0.0 if self.last_failure is None else now - self.last_failure
         if self.first_failure is None:
             self.first_failure = now
+            self._failing.set()
         self.last_failure = now
         return now - self.first_failure + next_delay > self.budget
 
     def refused(self) -> bool:
         self.refusals += 1
         return self.refusals >= 2
+
+    async def expired(self) -> None:
+        """Returns once a series of failures has lasted the budget with no progress."""
+        while True:
+            await self._failing.wait()
+            first = self.first_failure
+            if first is None:
+                continue  # (progress since: `_failing` is a fresh event)
+            left = self.budget - (self.clock() - first)
+            if left <= 0:
+                return
+            await trio.sleep(left)
 
     def elapsed(self) -> float:
         """Seconds since the first failure of the series."""

@@ -18,7 +18,14 @@ from .. import base as b
 from ..kit.acp import AcpError, AcpHost, AcpSession, AcpTurnMapper, error_info_for_code
 from ..kit.acp.session import PROMPT_DONE
 from ..kit.api_errors import ConnectionWatch
-from .api import StreamFailure, api_error, give_up_error, no_model, stream_failure
+from .api import (
+    StreamFailure,
+    api_error,
+    give_up_error,
+    no_model,
+    stream_failure,
+    unreachable_error,
+)
 from .invocation import _env
 
 log = logging.getLogger("threadline.backend.opencode")
@@ -135,6 +142,7 @@ class OpenCodeAcpSession(AcpSession):
         self._files: dict[str, _FileInfo] = {}
         self._prompt_error: AcpError | None = None
         self._watch = ConnectionWatch()
+        self._failure: StreamFailure | None = None  # the turn's last failed connection attempt
         #: Why OpenCode has no model to use (it listed none: no provider has credentials).
         self._no_model: str | None = None
 
@@ -149,10 +157,16 @@ class OpenCodeAcpSession(AcpSession):
         """A failed attempt of this session's prompt to connect to the model API."""
         if self._turn_ctx is None or self.gave_up is not None:
             return
-        env = _env(self.settings)
-        error = give_up_error(failure, self._watch, env, self.settings.cwd)
+        self._failure = failure
+        error = give_up_error(failure, self._watch, _env(self.settings), self.settings.cwd)
         if error is not None:
             self.give_up(error)
+
+    async def watch_model_api(self, mapper: AcpTurnMapper) -> None:
+        await self._watch.expired()
+        if self._failure is not None:
+            env = _env(self.settings)
+            self.give_up(unreachable_error(self._failure, self._watch, env, self.settings.cwd))
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self._no_model is not None:
@@ -166,6 +180,7 @@ class OpenCodeAcpSession(AcpSession):
         self._files.clear()
         self._prompt_error = None
         self._watch = ConnectionWatch()
+        self._failure = None
         started_ms = int(time.time() * 1000) - 1000  # (clock granularity slack)
         outcome = await super().run_turn(turn, ctx)
         if self.gave_up is not None:

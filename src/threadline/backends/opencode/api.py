@@ -4,9 +4,9 @@ OpenCode retries an API it cannot connect to 5 times over ~65 s (2 s backoff, do
 nothing on stdout or over ACP meanwhile and no setting to change it. With `LOG_FLAGS` it logs
 each failed attempt on stderr (`message="stream error" ... session.id=... error.error="...
 Cannot connect to API ..."`): `stream_failure` reads those lines, and the backend gives up on
-the turn once `ConnectionWatch` says so. With no credentials for its provider OpenCode knows no
-model at all: ACP's `session/new` lists none, `run` fails "Unexpected server error" after
-logging `ProviderModelNotFoundError`.
+the turn once `ConnectionWatch` says so, or at its budget when the next attempt is late. With no
+credentials for its provider OpenCode knows no model at all: ACP's `session/new` lists none,
+`run` fails "Unexpected server error" after logging `ProviderModelNotFoundError`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ __all__ = [
     "no_model",
     "provider_url",
     "stream_failure",
+    "unreachable_error",
 ]
 
 #: Its errors on stderr (and nothing else: stderr also ends up in failure messages).
@@ -129,8 +130,13 @@ def give_up_error(
     failure: StreamFailure, watch: ConnectionWatch, env: dict[str, str], cwd: str
 ) -> TurnError | None:
     """The turn's error once the failed attempts have gone on too long, else None."""
-    if not watch.failed():
-        return None
+    return unreachable_error(failure, watch, env, cwd) if watch.failed() else None
+
+
+def unreachable_error(
+    failure: StreamFailure, watch: ConnectionWatch, env: dict[str, str], cwd: str
+) -> TurnError:
+    """The turn's error for an API still unreachable at `failure` (the last attempt)."""
     url = provider_url(env, cwd, failure.provider)
     return unreachable(SPEC, url, CHECK, failure.text, after=watch.elapsed())
 

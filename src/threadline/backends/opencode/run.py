@@ -14,7 +14,16 @@ from ..kit.api_errors import ConnectionWatch
 from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, UsageTotals, add_usage, read_usage
-from .api import LOG_FLAGS, api_error, give_up_error, model_not_found, no_model, stream_failure
+from .api import (
+    LOG_FLAGS,
+    StreamFailure,
+    api_error,
+    give_up_error,
+    model_not_found,
+    no_model,
+    stream_failure,
+    unreachable_error,
+)
 from .invocation import _env
 
 __all__ = ["OpenCodeRunSession"]
@@ -63,10 +72,13 @@ class OpenCodeRunSession(PerTurnCliSession):
         run = _RunState(self.process_env(), self.settings.cwd)
         prompt = prompt_with_bootstrap(turn)
         async with self.turn_process(prompt, env=run.env, on_stderr_line=run.stderr_line) as proc:
-            with run.scope:
-                while (event := await proc.read_json_object()) is not None:
-                    run.watch.progress()
-                    await self._event(event, run, ctx)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run.expire)
+                with run.scope:
+                    while (event := await proc.read_json_object()) is not None:
+                        run.watch.progress()
+                        await self._event(event, run, ctx)
+                nursery.cancel_scope.cancel()
             if run.gave_up is not None:
                 return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
             code = await proc.wait()
@@ -133,6 +145,7 @@ class _RunState:
         self.watch = ConnectionWatch()
         self.scope = trio.CancelScope()
         self.gave_up: p.TurnError | None = None
+        self.failure: StreamFailure | None = None
         self.missing_model: str | None = None
 
     def stderr_line(self, line: str) -> None:
@@ -140,8 +153,16 @@ class _RunState:
         failure = stream_failure(line)
         if failure is None or self.gave_up is not None:
             return
+        self.failure = failure
         self.gave_up = give_up_error(failure, self.watch, self.env, self.cwd)
         if self.gave_up is not None:
+            self.scope.cancel()
+
+    async def expire(self) -> None:
+        """Ends the turn at the watch's budget when the CLI's next attempt comes late."""
+        await self.watch.expired()
+        if self.failure is not None and self.gave_up is None:
+            self.gave_up = unreachable_error(self.failure, self.watch, self.env, self.cwd)
             self.scope.cancel()
 
 
