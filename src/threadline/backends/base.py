@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 import trio
 
+from ..agent_tools.servers import McpServer
 from ..procs.executables import ProcessError
 from ..protocol import (
     ApprovalPolicy,
@@ -139,6 +140,10 @@ class SessionSettings:
     config: dict[str, Any] = field(default_factory=dict)
     #: Environment for the CLI (the server's environment, passed through).
     env: dict[str, str] = field(default_factory=dict)
+    #: The MCP servers the CLI gets for this thread, values resolved (never log or store
+    #: them): the thread's `config.mcp_servers`, and `DYNAMIC_TOOLS_SERVER` when it has
+    #: client-defined tools (see `kit.mcp`).
+    mcp_servers: list[McpServer] = field(default_factory=list)
     #: `BACKEND_CLI_PATH` or `config.cliPath`: use this binary instead of the PATH lookup.
     cli_path: str | None = None
     #: `BACKEND_CLI_ARGS` (shell-split): the arguments of the default backend's CLI.

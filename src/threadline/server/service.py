@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import msgspec
 import trio
 
+from ..agent_tools.servers import parse_servers, resolve
 from ..backends.base import Backend, ConfigInvalid, SessionSettings
 from ..backends.kit.cli_binary import resolve_cli
 from ..ids import InvalidId, new_id, validate_id
@@ -231,8 +232,11 @@ class ThreadService:
         return settings
 
     async def _warn_unsupported(self, thread: LoadedThread) -> None:
-        for option in thread.backend.unsupported_options(thread.settings):
-            message = f"the {thread.backend.id} backend cannot honour {option}; it is ignored"
+        messages = [
+            f"the {thread.backend.id} backend cannot honour {option}; it is ignored"
+            for option in thread.backend.unsupported_options(thread.settings)
+        ]
+        for message in messages + thread.warnings:
             await self.peer.notify(
                 "warning", WarningNotification(message=message, thread_id=thread.id)
             )
@@ -243,8 +247,10 @@ class ThreadService:
         config = settings.config
         try:
             rules = parse_rules(config.get("approvalRules"))
+            servers = parse_servers(config)
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}") from None
+        settings.mcp_servers, warnings = resolve(servers, settings.env)
         thread = LoadedThread(
             self.peer,
             self.store,
@@ -256,6 +262,7 @@ class ThreadService:
             turn_timeout=_seconds(config, "turnTimeoutMs", self.config.turn_timeout),
             interrupt_grace=self.config.interrupt_grace,
         )
+        thread.warnings = warnings
         await self._nursery.start(thread.main)
         self.loaded[record.id] = thread
         return thread
@@ -404,6 +411,7 @@ class ThreadService:
         thread = await self._open_thread(record, backend, settings)
         await thread.save_record()
         thread.prewarm()
+        await self._warn_unsupported(thread)
         return thread
 
     async def _turns(self, record: ThreadRecord) -> list[Turn]:

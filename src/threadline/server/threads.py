@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from .. import __version__
+from ..agent_tools.servers import parse_servers, stored_servers
 from ..backends.base import (
     ApprovalDecision,
     ApprovalPolicy,
@@ -78,6 +79,17 @@ def _find_backend_error(exc: BaseException) -> BackendError | None:
     return None
 
 
+def _stored_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as stored with the thread: `env` may hold credentials and is never stored
+    (pass it again on thread/resume); MCP servers keep their references, not their literal
+    values (`agent_tools.servers`)."""
+    stored = {k: v for k, v in config.items() if k not in ("env", "mcpServers", "mcp_servers")}
+    servers = parse_servers(config)  # (validated when the thread was opened)
+    if servers:
+        stored["mcp_servers"] = stored_servers(servers)
+    return stored
+
+
 class LoadedThread:
     """One loaded thread; its turns run it through `TurnHost` (see `turn_host`). The thread's
     approval policy lives in `settings.approval_policy` (what the backend sees, what is
@@ -127,6 +139,8 @@ class LoadedThread:
         self._sync_wanted = False
         self._session_close: trio.Event | None = None
         self._session_done: trio.Event | None = None
+        #: Said to the client (`warning`) once the thread is started or resumed.
+        self.warnings: list[str] = []
 
     @property
     def id(self) -> str:
@@ -396,7 +410,6 @@ class LoadedThread:
             "developerInstructions": s.developer_instructions,
             "maxTurns": s.max_turns,
             "allowedTools": s.allowed_tools,
-            # `config.env` may hold credentials: never stored (pass it again on thread/resume).
-            "config": {k: v for k, v in s.config.items() if k != "env"},
+            "config": _stored_config(s.config),
         }
         return {k: v for k, v in data.items() if v is not None}

@@ -16,6 +16,7 @@ from ....protocol import CommandExecutionItem, FileChangeItem, TurnError
 from ... import base as b
 from ...registry import SPECS
 from ..api_errors import no_credentials
+from ..mcp import acp_servers
 from ..usage import UsageTotals
 from .host import AUTH_REQUIRED, AcpError, AcpHost, Prompt, error_info_for_code
 from .mapper import AcpTurnMapper, usage_from_prompt_result
@@ -252,7 +253,7 @@ class AcpSession(b.BackendSession):
     # lifecycle
 
     async def open(self) -> None:
-        params = {"cwd": self.settings.cwd, "mcpServers": self._mcp_servers()}
+        params = {"cwd": self.settings.cwd, "mcpServers": acp_servers(self.settings.mcp_servers)}
         try:
             if self.settings.backend_session_id:
                 sid = self.settings.backend_session_id
@@ -303,10 +304,6 @@ class AcpSession(b.BackendSession):
         self.gave_up = error
         with suppress(b.BackendError):
             self.host.start_soon(self.interrupt)
-
-    def _mcp_servers(self) -> list[Any]:
-        servers = self.settings.config.get("mcpServers")
-        return servers if isinstance(servers, list) else []
 
     async def _skip_replay(self) -> None:
         """Drop the history replay of a `session/load`. Gemini streams it *after* its answer
