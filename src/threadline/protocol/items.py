@@ -36,6 +36,9 @@ __all__ = [
     "SearchAction",
     "ThreadItem",
     "ToolCallStatus",
+    "ToolOutput",
+    "ToolOutputAudio",
+    "ToolOutputImage",
     "ToolOutputText",
     "UnknownAction",
     "UserMessageItem",
@@ -118,6 +121,18 @@ class McpToolCallError(Base, kw_only=True):
 
 class ToolOutputText(TypeTagged, tag="inputText", kw_only=True):
     text: str
+
+
+class ToolOutputImage(TypeTagged, tag="inputImage", kw_only=True):
+    image_url: str
+
+
+class ToolOutputAudio(TypeTagged, tag="inputAudio", kw_only=True):
+    audio_url: str
+
+
+#: What a dynamic tool call returned (Codex's `DynamicToolCallOutputContentItem`).
+ToolOutput = ToolOutputText | ToolOutputImage | ToolOutputAudio
 
 
 # -- web search actions --------------------------------------------------------------------------
@@ -207,7 +222,7 @@ class DynamicToolCallItem(_ItemBase, tag="dynamicToolCall", kw_only=True):
     arguments: Any
     status: ToolCallStatus
     namespace: str | None = None
-    content_items: list[ToolOutputText] | None = None
+    content_items: list[ToolOutput] | None = None
     success: bool | None = None
     duration_ms: int | None = None
 

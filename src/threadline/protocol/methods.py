@@ -22,6 +22,7 @@ __all__ = [
     "BackendCapabilities",
     "BackendInfo",
     "ClientInfo",
+    "DynamicToolSpec",
     "EmptyParams",
     "EmptyResult",
     "InitializeCapabilities",
@@ -144,7 +145,22 @@ class _ThreadSettings(Base, kw_only=True):
     personality: str | None = None
 
 
+class DynamicToolSpec(Base, kw_only=True):
+    """A client-defined tool (Codex's `DynamicToolSpec`): a `function` (`type` may be left
+    out), or a `namespace` of functions (`tools`). Calls reach the client as `item/tool/call`."""
+
+    name: str
+    description: str = ""
+    input_schema: Any = None
+    type: Literal["function", "namespace"] = "function"
+    tools: list[DynamicToolSpec] | None = None
+    defer_loading: bool | None = None
+
+
 class ThreadStartParams(_ThreadSettings, kw_only=True):
+    #: Client-defined tools (experimental in Codex; threadline accepts them without
+    #: `experimentalApi`). Stored with the thread: a resumed thread offers them again.
+    dynamic_tools: list[DynamicToolSpec] | None = None
     ephemeral: bool | None = None
     service_name: str | None = None
     service_tier: str | None = None

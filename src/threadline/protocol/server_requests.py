@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .base import Base, ItemScoped
-from .items import CommandAction
+from .base import Base, ItemScoped, TurnScoped
+from .items import CommandAction, ToolOutput
 
 __all__ = [
     "SERVER_REQUESTS",
     "ApprovalDecision",
     "CommandExecutionRequestApprovalParams",
     "CommandExecutionRequestApprovalResponse",
+    "DynamicToolCallParams",
+    "DynamicToolCallResponse",
     "FileChangeRequestApprovalParams",
     "FileChangeRequestApprovalResponse",
     "ToolRequestApprovalParams",
@@ -97,6 +99,22 @@ class ToolRequestApprovalResponse(Base, kw_only=True):
     decision: ApprovalDecision
 
 
+class DynamicToolCallParams(TurnScoped, kw_only=True):
+    """A call of one of the thread's client-defined tools (`dynamicTools`); the client runs
+    it and answers with `DynamicToolCallResponse`. `callId` is the `dynamicToolCall` item's
+    id."""
+
+    call_id: str
+    tool: str
+    arguments: Any
+    namespace: str | None = None
+
+
+class DynamicToolCallResponse(Base, kw_only=True):
+    content_items: list[ToolOutput]
+    success: bool
+
+
 #: method → (params type, response type)
 SERVER_REQUESTS: dict[str, tuple[type[Base], type[Base]]] = {
     "item/commandExecution/requestApproval": (
@@ -109,4 +127,5 @@ SERVER_REQUESTS: dict[str, tuple[type[Base], type[Base]]] = {
     ),
     "item/tool/requestUserInput": (ToolRequestUserInputParams, ToolRequestUserInputResponse),
     "item/tool/requestApproval": (ToolRequestApprovalParams, ToolRequestApprovalResponse),
+    "item/tool/call": (DynamicToolCallParams, DynamicToolCallResponse),
 }

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 import trio
 
+from ..agent_tools.calls import DEFAULT_TIMEOUT, ThreadTools, flatten, validate_specs
+from ..agent_tools.host import ToolHosting
 from ..agent_tools.servers import parse_servers, resolve
 from ..backends.base import Backend, ConfigInvalid, SessionSettings
 from ..backends.kit.cli_binary import resolve_cli
@@ -20,6 +22,7 @@ from ..protocol import (
     ApprovalPolicy,
     AskForApproval,
     DangerFullAccessSandbox,
+    DynamicToolSpec,
     EmptyResult,
     GranularApproval,
     Model,
@@ -137,6 +140,7 @@ class ThreadService:
             backend.attach(nursery)
         self.loaded: dict[str, LoadedThread] = {}
         self._opening: set[str] = set()
+        self._tools = ToolHosting(nursery)
         self.shutting_down = False
 
     # -- helpers -----------------------------------------------------------------------------
@@ -241,8 +245,28 @@ class ThreadService:
                 "warning", WarningNotification(message=message, thread_id=thread.id)
             )
 
+    async def _serve_tools(self, thread: LoadedThread) -> None:
+        """Serve the thread's client-defined tools to its CLI (an MCP server of its own)."""
+        if not thread.dynamic_tools:
+            return
+        timeout = _seconds(thread.settings.config, "toolCallTimeoutMs", DEFAULT_TIMEOUT)
+        tools = ThreadTools(
+            self.peer,
+            thread.id,
+            flatten(thread.dynamic_tools),
+            lambda: thread.running_turn,
+            timeout=timeout,
+        )
+        host = await self._tools.host()
+        thread.settings.mcp_servers.append(host.register(tools))
+        thread.on_close.append(lambda: host.unregister(tools))
+
     async def _open_thread(
-        self, record: ThreadRecord, backend: Backend, settings: SessionSettings
+        self,
+        record: ThreadRecord,
+        backend: Backend,
+        settings: SessionSettings,
+        dynamic_tools: Sequence[DynamicToolSpec] = (),
     ) -> LoadedThread:
         config = settings.config
         try:
@@ -261,8 +285,10 @@ class ThreadService:
             approval_timeout=_seconds(config, "approvalTimeoutMs", self.config.approval_timeout),
             turn_timeout=_seconds(config, "turnTimeoutMs", self.config.turn_timeout),
             interrupt_grace=self.config.interrupt_grace,
+            dynamic_tools=dynamic_tools,
         )
         thread.warnings = warnings
+        await self._serve_tools(thread)
         await self._nursery.start(thread.main)
         self.loaded[record.id] = thread
         return thread
@@ -331,6 +357,11 @@ class ThreadService:
             config=config,
         )
         self._require_cli(backend, settings)
+        tools = p.dynamic_tools or []
+        try:
+            validate_specs(tools)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         now = int(time.time())
         record = ThreadRecord(
             id=tid,
@@ -341,7 +372,7 @@ class ThreadService:
             updated_at=now,
             ephemeral=bool(p.ephemeral),
         )
-        thread = await self._open_thread(record, backend, settings)
+        thread = await self._open_thread(record, backend, settings, tools)
         if not record.ephemeral:
             # Written now, not lazily: a second client can resume a thread with no turns.
             await self.store.create(record)
@@ -408,7 +439,8 @@ class ThreadService:
         settings.backend_session_id = record.backend_session_id
         settings.role_bootstrap_applied = record.role_bootstrap_applied
         record.model = settings.model
-        thread = await self._open_thread(record, backend, settings)
+        tools = msgspec.convert(stored.get("dynamicTools") or [], list[DynamicToolSpec])
+        thread = await self._open_thread(record, backend, settings, tools)
         await thread.save_record()
         thread.prewarm()
         await self._warn_unsupported(thread)

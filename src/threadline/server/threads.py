@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import trio
 
 from .. import __version__
@@ -27,6 +28,7 @@ from ..backends.base import (
 )
 from ..protocol import (
     BackendCapabilities,
+    DynamicToolSpec,
     Thread,
     ThreadActive,
     ThreadActiveFlag,
@@ -107,12 +109,18 @@ class LoadedThread:
         approval_timeout: float | None,
         turn_timeout: float | None,
         interrupt_grace: float,
+        dynamic_tools: Sequence[DynamicToolSpec] = (),
     ) -> None:
         self._peer = peer
         self._store = store
         self.record = record
         self.backend = backend
         self.settings = settings
+        #: Said to the client (`warning`) once the thread is started or resumed.
+        self.warnings: list[str] = []
+        #: The client-defined tools (stored with the thread), and what stops serving them.
+        self.dynamic_tools = list(dynamic_tools)
+        self.on_close: list[Callable[[], None]] = []
         record.settings = self._settings_record()
         self.capabilities: BackendCapabilities = backend.capabilities(settings.mode)
         self.turn_timeout = turn_timeout
@@ -139,8 +147,6 @@ class LoadedThread:
         self._sync_wanted = False
         self._session_close: trio.Event | None = None
         self._session_done: trio.Event | None = None
-        #: Said to the client (`warning`) once the thread is started or resumed.
-        self.warnings: list[str] = []
 
     @property
     def id(self) -> str:
@@ -173,6 +179,8 @@ class LoadedThread:
             await self.active_turn.interrupt(native=False)
             await self.active_turn.done.wait()
         await self._close_session()
+        for stop in self.on_close:
+            stop()
         await self._flush_log(sync=True)
         self._closing.set()
         await self._closed.wait()
@@ -411,5 +419,6 @@ class LoadedThread:
             "maxTurns": s.max_turns,
             "allowedTools": s.allowed_tools,
             "config": _stored_config(s.config),
+            "dynamicTools": msgspec.to_builtins(self.dynamic_tools) or None,
         }
         return {k: v for k, v in data.items() if v is not None}

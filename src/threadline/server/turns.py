@@ -115,6 +115,8 @@ class TurnRun:
         self._backend_started = False
         self._response_sent = trio.Event()
         self.done = trio.Event()
+        #: Set once the turn is being interrupted or is over (pending tool calls withdraw).
+        self.stopping = trio.Event()
         self._scope = trio.CancelScope()
         self.status: Literal["inProgress", "completed", "interrupted", "failed"] = "inProgress"
 
@@ -140,6 +142,7 @@ class TurnRun:
             await self._response_sent.wait()
             await self._run()
         finally:
+            self.stopping.set()
             self.done.set()
 
     async def _notify(self, method: str, params: object) -> None:
@@ -159,6 +162,7 @@ class TurnRun:
                 await self._finish("interrupted", None)
             raise
         self._backend_done = True
+        self.stopping.set()
         status, error = self._settle(status, error)
         with trio.CancelScope(shield=True):
             await self._finish(status, error)
@@ -319,6 +323,7 @@ class TurnRun:
         if self.finished:
             return
         self._interrupt_requested = True
+        self.stopping.set()
         if self._backend_done:
             # The backend already returned and the turn is being finalised: nothing to stop,
             # and a native interrupt now would reach an idle CLI (or its next turn).

@@ -9,6 +9,8 @@ A prompt is a script, one directive per line (any other line is echoed back as t
     /write notes.txt Some text write a file (relative to the cwd) behind a fileChange approval
     /tool fetch {"url": "x"}   a generic tool call behind an item/tool/requestApproval
     /ask What is your name?    ask the client a question (item/tool/requestUserInput)
+    /mcp srv echo {"text": "x"} call a tool of the thread's MCP server `srv` (or of its
+                               dynamicTools: server `threadline`); the answer is echoed
     /plan Read | Edit | Test   a plan update (turn/plan/updated)
     /sleep 2.5                 wait (the turn can be interrupted meanwhile)
     /fail Something broke      fail the turn with this message
@@ -33,6 +35,7 @@ from ...ids import new_id
 from ...procs.group import ProcessError, open_group_process
 from .. import base as b
 from ..kit.diff import file_diff
+from .mcp_client import call_mcp_tool
 from .spec import SPEC
 
 __all__ = ["MockBackend"]
@@ -272,6 +275,10 @@ class MockSession(b.BackendSession):
             p.ToolOutputText(text=f"{item.tool} {'ran' if ok else 'was declined'}")
         ]
         await ctx.emit(b.ItemCompleted(item))
+
+    async def _do_mcp(self, arg: str, ctx: b.TurnContext) -> None:
+        tool, answer = await call_mcp_tool(self.settings, arg, ctx)
+        await self._message(ctx, f"{tool}: {answer}")
 
     async def _do_ask(self, arg: str, ctx: b.TurnContext) -> None:
         item = p.DynamicToolCallItem(
