@@ -4,13 +4,15 @@ client gives its agent (`config.mcp_servers`). Run it as `python -m tests.fakes.
 
 Tools: `echo(text)` answers "echo: <text>"; `fail(text)` fails (an MCP tool error); `crash`
 exits the server mid-call; `slow(seconds)` sleeps first; `env(name)` answers the value of an
-environment variable of the server (to prove a secret passed by reference reached it). Each
+environment variable of the server, `env_sha256(name)` its SHA-256 (to prove a secret passed by
+reference reached it without showing it). Each
 call is appended as a JSON line to `$MCP_TEST_LOG` when it is set. With `MCP_TEST_EXIT_AT_START`
 set, the server exits at once with that message on stderr (a server that fails to start).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -55,6 +57,14 @@ def slow(seconds: float) -> str:
     _log("slow", seconds=seconds)
     time.sleep(seconds)
     return f"slept {seconds}"
+
+
+@app.tool()
+def env_sha256(name: str) -> str:
+    """The SHA-256 of one of the server's environment variables (proves a secret arrived
+    without putting it in any transcript)."""
+    _log("env_sha256", name=name)
+    return "sha256:" + hashlib.sha256(os.environ.get(name, "").encode()).hexdigest()
 
 
 @app.tool()

@@ -56,7 +56,8 @@ export type ServerRequest =
   | ItemCommandExecutionRequestApprovalServerRequest
   | ItemFileChangeRequestApprovalServerRequest
   | ItemToolRequestUserInputServerRequest
-  | ItemToolRequestApprovalServerRequest;
+  | ItemToolRequestApprovalServerRequest
+  | ItemToolCallServerRequest;
 /**
  * Any message on the wire: a client request or a server message (response, notification, request).
  */
@@ -152,6 +153,7 @@ export interface ThreadStartParams {
   } | null;
   cwd?: string | null;
   developerInstructions?: string | null;
+  dynamicTools?: DynamicToolSpec[] | null;
   ephemeral?: boolean | null;
   model?: string | null;
   modelProvider?: string | null;
@@ -167,6 +169,20 @@ export interface GranularApproval {
   granular: {
     [k: string]: unknown | undefined;
   };
+}
+/**
+ * A client-defined tool (Codex's `DynamicToolSpec`): a `function` (`type` may be left
+ *     out), or a `namespace` of functions (`tools`). Calls reach the client as `item/tool/call`.
+ */
+export interface DynamicToolSpec {
+  deferLoading?: boolean | null;
+  description?: string;
+  inputSchema?: {
+    [k: string]: unknown | undefined;
+  };
+  name: string;
+  tools?: DynamicToolSpec[] | null;
+  type?: "function" | "namespace";
 }
 export interface ThreadResumeRequest {
   id: RequestId;
@@ -396,7 +412,7 @@ export interface ContextCompactionItem {
 }
 export interface DynamicToolCallItem {
   arguments: unknown;
-  contentItems?: ToolOutputText[] | null;
+  contentItems?: (ToolOutputText | ToolOutputImage | ToolOutputAudio)[] | null;
   durationMs?: number | null;
   id: string;
   namespace?: string | null;
@@ -408,6 +424,31 @@ export interface DynamicToolCallItem {
 export interface ToolOutputText {
   text: string;
   type: "inputText";
+}
+export interface ToolOutputImage {
+  imageUrl: string;
+  type: "inputImage";
+}
+export interface ToolOutputAudio {
+  audioUrl: string;
+  type: "inputAudio";
+}
+/**
+ * A call of one of the thread's client-defined tools (`dynamicTools`); the client runs
+ *     it and answers with `DynamicToolCallResponse`. `callId` is the `dynamicToolCall` item's
+ *     id.
+ */
+export interface DynamicToolCallParams {
+  arguments: unknown;
+  callId: string;
+  namespace?: string | null;
+  threadId: string;
+  tool: string;
+  turnId: string;
+}
+export interface DynamicToolCallResponse {
+  contentItems: (ToolOutputText | ToolOutputImage | ToolOutputAudio)[];
+  success: boolean;
 }
 export interface ErrorMessage {
   emittedAtMs?: number;
@@ -687,6 +728,12 @@ export interface ItemStartedNotification {
   startedAtMs: number;
   threadId: string;
   turnId: string;
+}
+export interface ItemToolCallServerRequest {
+  id: RequestId;
+  jsonrpc: "2.0";
+  method: "item/tool/call";
+  params: DynamicToolCallParams;
 }
 export interface ItemToolRequestApprovalServerRequest {
   id: RequestId;
@@ -1085,6 +1132,10 @@ export interface ServerRequests {
     params: FileChangeRequestApprovalParams;
     result: FileChangeRequestApprovalResponse;
   };
+  "item/tool/call": {
+    params: DynamicToolCallParams;
+    result: DynamicToolCallResponse;
+  };
   "item/tool/requestApproval": {
     params: ToolRequestApprovalParams;
     result: ToolRequestApprovalResponse;
@@ -1141,6 +1192,7 @@ export const SERVER_NOTIFICATION_METHODS = [
 export const SERVER_REQUEST_METHODS = [
   "item/commandExecution/requestApproval",
   "item/fileChange/requestApproval",
+  "item/tool/call",
   "item/tool/requestApproval",
   "item/tool/requestUserInput",
 ] as const;

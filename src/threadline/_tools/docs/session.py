@@ -41,6 +41,7 @@ TURN_1 = "\n".join(
         "/run echo hello from the agent",
         "/write notes.txt Hello, world!",
         '/tool fetch {"url": "https://example.com/style-guide"}',
+        '/mcp threadline style_guide {"topic": "greetings"}',
         "/ask Formal or casual greeting?",
         "/text Done: notes.txt greets the world.",
     ]
@@ -55,6 +56,20 @@ _ANSWERS: dict[str, JSON] = {
     "item/fileChange/requestApproval": {"decision": "acceptForSession"},
     "item/tool/requestApproval": {"decision": "decline"},
     "item/tool/requestUserInput": {"answers": {"q1": {"answers": ["Formal"]}}},
+    "item/tool/call": {
+        "contentItems": [{"type": "inputText", "text": "Greet people formally."}],
+        "success": True,
+    },
+}
+#: A client-defined tool of the example thread (answered through `item/tool/call`).
+_STYLE_GUIDE = {
+    "name": "style_guide",
+    "description": "The team's writing rules for a topic.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"topic": {"type": "string"}},
+        "required": ["topic"],
+    },
 }
 
 
@@ -255,6 +270,7 @@ class _Lifetime:
                 "cwd": str(project),
                 "approvalPolicy": "on-request",
                 "config": {"approvalRules": [{"decision": "accept", "command": "ls*"}]},
+                "dynamicTools": [_STYLE_GUIDE],
             }
         )
         self.keep("thread/start")
