@@ -272,3 +272,35 @@ async def test_options_the_backend_ignores_are_reported_as_warnings(
         "the mock backend cannot honour maxTurns (BACKEND_MAX_TURNS); it is ignored",
         "the mock backend cannot honour allowedTools (ALLOWED_TOOLS); it is ignored",
     ]
+
+
+async def test_client_defined_tools_are_answered_by_their_handlers(
+    home: Path, workdir: Path
+) -> None:
+    from threadline.client import tool
+    from threadline.protocol import DynamicToolCallItem
+
+    @tool("Look a word up.", {"type": "object", "properties": {"q": {"type": "string"}}})
+    async def lookup(arguments: Any) -> str:
+        return f"{arguments['q']} means hello"
+
+    @tool("Always breaks.", namespace="kb")
+    async def broken(arguments: Any) -> str:
+        raise RuntimeError("the index is offline")
+
+    prompt = '/mcp threadline lookup {"q": "hola"}\n/mcp threadline kb__broken {}'
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        thread = (
+            await client.start_thread(
+                model_provider="mock", cwd=str(workdir), tools=[lookup, broken]
+            )
+        ).thread
+        turn = await client.run_turn(thread.id, prompt)
+    assert turn.completed is not None and turn.completed.turn.status == "completed"
+    calls = [i for i in turn.items if isinstance(i, DynamicToolCallItem)]
+    assert [(c.tool, c.namespace, c.status) for c in calls] == [
+        ("lookup", None, "completed"),
+        ("broken", "kb", "failed"),
+    ]
+    assert "lookup: hola means hello" in turn.text
+    assert "kb__broken: broken failed: the index is offline" in turn.text

@@ -11,6 +11,9 @@ import {
   SERVER_REQUEST_METHODS,
   type ClientRequests,
   type ClientRequestMethod,
+  type DynamicToolCallParams,
+  type DynamicToolCallResponse,
+  type DynamicToolSpec,
   type InitializeParams,
   type InitializeResponse,
   type ItemCompletedNotification,
@@ -77,6 +80,22 @@ export type MethodHandler<M extends ServerRequestMethod> = (
   params: ServerRequests[M]["params"],
   context: ServerRequestContext,
 ) => Promise<ServerRequests[M]["result"]> | ServerRequests[M]["result"];
+
+/** What a tool handler returns: text, output items, or a whole `DynamicToolCallResponse`. */
+export type ToolResult = string | DynamicToolCallResponse["contentItems"] | DynamicToolCallResponse;
+
+/** A client-defined tool: offered to the agent with {@link ThreadlineClient.registerTools}
+ * (its spec goes in `thread/start.dynamicTools`); the agent's calls (`item/tool/call`) are
+ * answered by `handler`. A handler that throws answers a failed call with the error's text. */
+export interface ClientTool {
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments (an object schema; default `{type: "object"}`). */
+  inputSchema?: Record<string, unknown>;
+  /** Tools sharing a namespace are offered as one Codex `namespace` spec. */
+  namespace?: string;
+  handler: (args: unknown, context: ServerRequestContext) => Promise<ToolResult> | ToolResult;
+}
 
 /** Things worth knowing that are not protocol messages: garbage on stdout, a response nobody
  * waits for, a listener or handler that threw, a notification method this client does not know. */
@@ -152,6 +171,10 @@ export interface CloseOptions {
   timeoutMs?: number;
   /** How long to wait after SIGTERM before SIGKILL. Default 2000. */
   killTimeoutMs?: number;
+}
+
+function toolKey(namespace: string | undefined, name: string): string {
+  return JSON.stringify([namespace ?? null, name]);
 }
 
 /** `[{type: "text", text}]`: the usual `turn/start` input. */
@@ -265,6 +288,7 @@ export class ThreadlineClient {
   private readonly stderrListeners = new Set<(text: string) => void>();
   private readonly diagnosticListeners = new Set<(diagnostic: Diagnostic) => void>();
   private readonly methodHandlers = new Map<string, MethodHandler<ServerRequestMethod>>();
+  private readonly tools = new Map<string, ClientTool>();
   private readonly openServerRequests = new Map<string, AbortController>();
   private readonly turnWatches = new Set<TurnWatch>();
   private generalHandler: ServerRequestHandler | undefined;
@@ -511,6 +535,46 @@ export class ThreadlineClient {
     };
   }
 
+  /** Registers client-defined tools and returns their `dynamicTools` specs for
+   * `thread/start`: the agent's calls of them are answered by their handlers. */
+  registerTools(tools: readonly ClientTool[]): DynamicToolSpec[] {
+    const specs: DynamicToolSpec[] = [];
+    const namespaces = new Map<string, DynamicToolSpec[]>();
+    for (const tool of tools) {
+      this.tools.set(toolKey(tool.namespace, tool.name), tool);
+      const spec: DynamicToolSpec = {
+        name: tool.name,
+        description: tool.description ?? "",
+        inputSchema: tool.inputSchema ?? { type: "object" },
+      };
+      if (tool.namespace === undefined) specs.push(spec);
+      else namespaces.set(tool.namespace, [...(namespaces.get(tool.namespace) ?? []), spec]);
+    }
+    for (const [name, inner] of namespaces) specs.push({ name, type: "namespace", tools: inner });
+    return specs;
+  }
+
+  private async answerToolCall(
+    params: DynamicToolCallParams,
+    context: ServerRequestContext,
+  ): Promise<DynamicToolCallResponse> {
+    const tool = this.tools.get(toolKey(params.namespace ?? undefined, params.tool));
+    const failed = (text: string): DynamicToolCallResponse => ({
+      contentItems: [{ type: "inputText", text }],
+      success: false,
+    });
+    if (!tool) return failed(`this client has no tool ${JSON.stringify(params.tool)}`);
+    try {
+      const result = await tool.handler(params.arguments, context);
+      if (typeof result === "string") return { contentItems: [{ type: "inputText", text: result }], success: true };
+      if (Array.isArray(result)) return { contentItems: result, success: true };
+      return result;
+    } catch (error) {
+      this.diagnose({ kind: "handlerError", method: "item/tool/call", error });
+      return failed(`${params.tool} failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+
   // ---- turns -----------------------------------------------------------------------------------
 
   /** Sends `turn/start` and returns a handle whose `completed` resolves at `turn/completed`,
@@ -716,7 +780,9 @@ export class ThreadlineClient {
     let result: unknown;
     try {
       const specific = this.methodHandlers.get(method);
-      if (specific) {
+      if (!specific && request.method === "item/tool/call") {
+        result = await this.answerToolCall(request.params, context);
+      } else if (specific) {
         result = await specific(request.params as never, context);
       } else if (this.generalHandler) {
         result = await this.generalHandler(request.method, request.params, context);

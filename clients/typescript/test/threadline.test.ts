@@ -254,3 +254,40 @@ test("a command that cannot be started rejects initialize", T, async (t) => {
     return true;
   });
 });
+
+test("client-defined tools: registered handlers answer item/tool/call, a throwing one fails the call", T, async (t) => {
+  const box = sandbox();
+  t.after(() => box.cleanup());
+  const client = box.spawn();
+  await client.initialize();
+  const dynamicTools = client.registerTools([
+    {
+      name: "lookup",
+      description: "Look a word up.",
+      inputSchema: { type: "object", properties: { q: { type: "string" } } },
+      handler: (args) => `${(args as { q: string }).q} means hello`,
+    },
+    {
+      name: "broken",
+      namespace: "kb",
+      handler: () => {
+        throw new Error("the index is offline");
+      },
+    },
+  ]);
+  const started = await client.request("thread/start", { modelProvider: "mock", cwd: box.cwd, dynamicTools });
+  const prompt = '/mcp threadline lookup {"q": "hola"}\n/mcp threadline kb__broken {}';
+  const turn = await client.startTurn({ threadId: started.thread.id, input: textInput(prompt) });
+  const result = await turn.completed;
+  assert.equal(result.turn.status, "completed");
+  const items = completedItems(result.notifications);
+  const calls = items.flatMap((i) => (i.type === "dynamicToolCall" ? [[i.tool, i.namespace ?? null, i.status]] : []));
+  assert.deepEqual(calls, [
+    ["lookup", null, "completed"],
+    ["broken", "kb", "failed"],
+  ]);
+  const text = items.flatMap((i) => (i.type === "agentMessage" ? [i.text] : [])).join("\n");
+  assert.match(text, /lookup: hola means hello/);
+  assert.match(text, /kb__broken: broken failed: the index is offline/);
+  assertItemsBalanced(result.notifications);
+});

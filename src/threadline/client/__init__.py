@@ -16,6 +16,10 @@ Notifications are the Structs of `threadline.protocol` (`AgentMessageDeltaNotifi
 `ItemStartedNotification`, ...); approvals reach `on_request` (per turn) or the client's
 `approval_handler` as `ServerRequest`s and must be answered; a handler that raises, or no
 handler at all, declines.
+
+Client-defined tools: decorate an async handler with `@tool(description, input_schema)` and
+pass it to `start_thread(tools=[...])`; the agent's calls are answered by the handler
+(`item/tool/call`), a handler that raises answers a failed call.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ._client import ApprovalHandler, Client, RpcError, ServerClosed, TurnStream
 from ._in_process import in_process
 from ._messages import Notification, ServerRequest, UnknownNotification
 from ._spawn import spawn
+from ._tools import Tool, ToolHandler, ToolResult, tool
 
 __all__ = [
     "ApprovalHandler",
@@ -34,6 +39,9 @@ __all__ = [
     "RpcError",
     "ServerClosed",
     "ServerRequest",
+    "Tool",
+    "ToolHandler",
+    "ToolResult",
     "TurnStream",
     "UnknownNotification",
     "accept_all",
@@ -41,6 +49,7 @@ __all__ = [
     "decline_all",
     "in_process",
     "spawn",
+    "tool",
 ]
 
 

@@ -50,6 +50,7 @@ from ._messages import (
     decode_notification,
     decode_request_params,
 )
+from ._tools import Tool, answer_tool_call, specs
 
 __all__ = [
     "ApprovalHandler",
@@ -171,6 +172,8 @@ class Client:
             on_request=self._answer,
         )
         self.approval_handler = approval_handler
+        #: The handlers of client-defined tools, by (namespace, name) (see `start_thread`).
+        self.tools: dict[tuple[str | None, str], Tool] = {}
         self._turns: dict[str, TurnStream] = {}
         self._subscribers: list[trio.MemorySendChannel[Notification]] = []
         #: The `initialize` result, once `initialize()` ran.
@@ -216,11 +219,17 @@ class Client:
         self.server_info = result
         return result
 
-    async def start_thread(self, **fields: Any) -> ThreadStartResponse:
+    async def start_thread(
+        self, *, tools: Sequence[Tool] = (), **fields: Any
+    ) -> ThreadStartResponse:
         """`thread/start`; `fields` are `ThreadStartParams` fields (`model_provider`, `cwd`,
-        `model`, `approval_policy`, `developer_instructions`, `config`, ...)."""
+        `model`, `approval_policy`, `developer_instructions`, `config`, ...). `tools` are
+        offered to the agent (`dynamicTools`); their handlers answer its calls."""
         from ..protocol import ThreadStartParams
 
+        if tools:
+            fields["dynamic_tools"] = [*(fields.get("dynamic_tools") or []), *specs(tools)]
+            self.tools.update((t.key, t) for t in tools)
         return await self._call("thread/start", ThreadStartParams(**fields), ThreadStartResponse)
 
     async def resume_thread(self, thread_id: str, **fields: Any) -> ThreadResumeResponse:
@@ -339,6 +348,8 @@ class Client:
     async def _answer(self, incoming: Incoming) -> Any:
         assert incoming.id is not None
         params = decode_request_params(incoming.method, incoming.params)
+        if incoming.method == "item/tool/call":
+            return await answer_tool_call(self.tools, params)
         request = ServerRequest(incoming.id, incoming.method, params)
         thread_id = request.thread_id
         stream = self._turns.get(thread_id) if thread_id else None
