@@ -28,12 +28,12 @@ HTTP = McpHttpServer(name="web", url="http://127.0.0.1:1/mcp", headers={"Authori
 DYNAMIC = McpStdioServer(name="threadline", command="threadline-tools")
 
 
-def settings(*servers: Any, policy: str = "on-request") -> b.SessionSettings:
+def settings(*servers: Any, policy: b.ApprovalPolicy = "on-request") -> b.SessionSettings:
     return b.SessionSettings(
         thread_id="t",
         cwd="/work",
         mode="stream",
-        approval_policy=policy,  # type: ignore[arg-type]
+        approval_policy=policy,
         mcp_servers=list(servers),
     )
 
