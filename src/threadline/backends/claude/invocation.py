@@ -11,20 +11,33 @@ from typing import Any
 from ...procs.group import GroupProcess
 from .. import base as b
 from ..kit.usage import UsageTotals
-from .mapping import TurnResult
+from .mapping import ClaudeTurnMapper, TurnResult, api_url
+from .mcp import failed_servers, mcp_config, server_rules
 
 __all__ = ["ClaudeSession"]
 
 _DECLINE_MESSAGE = "The user declined this tool use."
 
 
-def _base_argv(settings: b.SessionSettings, binary: str) -> list[str]:
+def _base_argv(
+    settings: b.SessionSettings, binary: str, allowed: list[str] | None = None
+) -> list[str]:
+    """The flags of both modes; `allowed`: the mode's own `--allowedTools` rules (one flag
+    holds them all, with the thread's and its MCP servers')."""
     argv = [binary, "--output-format", "stream-json", "--verbose", "--include-partial-messages"]
     if settings.model and settings.model != "default":
         argv += ["--model", settings.model]
     argv += ["--max-turns", str(settings.max_turns)]
-    if settings.allowed_tools:
-        argv += ["--allowedTools", ",".join(settings.allowed_tools)]
+    config, _ = mcp_config(settings.mcp_servers)
+    if config is not None:
+        argv += ["--mcp-config", config]
+    rules = [
+        *(settings.allowed_tools or ()),
+        *(allowed or ()),
+        *server_rules(settings.mcp_servers, all_servers=False),
+    ]
+    if rules:
+        argv += ["--allowedTools", ",".join(dict.fromkeys(rules))]
     mode = settings.config.get("permissionMode")
     if isinstance(mode, str) and mode:
         argv += ["--permission-mode", mode]
@@ -69,6 +82,8 @@ def _env(settings: b.SessionSettings) -> dict[str, str]:
     env = dict(settings.env)
     env.pop("CLAUDECODE", None)  # set inside a Claude Code session; makes the CLI refuse to nest
     env["PWD"] = settings.cwd
+    _, variables = mcp_config(settings.mcp_servers)
+    env.update(variables)  # what the `--mcp-config` refers to (values stay out of argv)
     return env
 
 
@@ -128,11 +143,28 @@ class ClaudeSession(b.BackendSession):
         self.binary = binary
         self.unsaved = unsaved if unsaved is not None else set()
         self._usage = UsageTotals()
+        #: MCP servers already reported as failed to start (`system/init` repeats per turn).
+        self._failed_servers: set[str] = set()
 
-    def claude_argv(self, *mode_flags: str) -> list[str]:
+    def mapper(self) -> ClaudeTurnMapper:
+        """A turn's mapper."""
+        names = tuple(s.name for s in self.settings.mcp_servers)
+        return ClaudeTurnMapper(
+            cwd=self.settings.cwd, url=api_url(self.settings.env), mcp_servers=names
+        )
+
+    def new_failures(self, message: dict[str, Any]) -> list[str]:
+        """The MCP servers a `system/init` reports failed that were not reported yet."""
+        if message.get("type") != "system" or message.get("subtype") != "init":
+            return []
+        names = [n for n in failed_servers(message) if n not in self._failed_servers]
+        self._failed_servers.update(names)
+        return names
+
+    def claude_argv(self, *mode_flags: str, allowed: list[str] | None = None) -> list[str]:
         """The command line: the common flags, the mode's, then the session's."""
         flags, _ = _session_flag(self.settings, self.unsaved)
-        return [*_base_argv(self.settings, self.binary), *mode_flags, *flags]
+        return [*_base_argv(self.settings, self.binary, allowed), *mode_flags, *flags]
 
     async def note_init(self, message: dict[str, Any], ctx: b.TurnContext) -> None:
         """On `system/init`: record the session id (the transcript exists from now on, so

@@ -34,8 +34,10 @@ from ..kit.api_errors import (
     unreachable,
 )
 from ..kit.diff import file_diff
+from ..kit.mcp import is_dynamic, mcp_item
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, read_usage
+from .mcp import split_tool
 from .spec import SPEC
 
 __all__ = [
@@ -146,6 +148,23 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _mcp_complete(
+    item: p.McpToolCallItem, content: Any, structured: Any, failed: bool
+) -> p.McpToolCallItem:
+    """An MCP call's item from its tool_result: the content blocks (claude gives a string:
+    one text block) and the MCP `structuredContent`; or the error text (failed, declined)."""
+    text = _text_of(content)
+    if failed:
+        return mcp_item(item.id, item.server, item.tool, item.arguments, error=text or "failed")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": text}]
+    done = mcp_item(
+        item.id, item.server, item.tool, item.arguments, status="completed", content=blocks
+    )
+    if isinstance(structured, dict) and done.result is not None:
+        done.result.structured_content = structured.get("structuredContent")
+    return done
+
+
 _USAGE = UsageFields(
     input="input_tokens",
     more_input=("cache_read_input_tokens", "cache_creation_input_tokens"),
@@ -196,6 +215,15 @@ class ClaudeTurnMapper:
     _synthetic_error: str | None = None
     _synthetic_kind: Any = None
     _plan_tools: set[str] = field(default_factory=set)
+    #: The thread's MCP servers by name (to split `mcp__<server>__<tool>`).
+    mcp_servers: tuple[str, ...] = ()
+    #: Calls of the client's own tools (`kit.mcp.is_dynamic`): the tool host reports them.
+    _dynamic_calls: set[str] = field(default_factory=set)
+
+    def is_dynamic_tool(self, name: str) -> bool:
+        """Whether `name` is a tool of threadline's server of the client's tools."""
+        split = split_tool(name, self.mcp_servers)
+        return split is not None and is_dynamic(split[0])
 
     def feed(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
         kind = msg.get("type")
@@ -323,6 +351,9 @@ class ClaudeTurnMapper:
         if name == "TodoWrite":
             self._plan_tools.add(tool_id)
             return [b.PlanUpdated(todo_steps(args.get("todos"), fallback_text="activeForm"))]
+        if self.is_dynamic_tool(name):
+            self._dynamic_calls.add(tool_id)  # no item of ours: the tool host shows it
+            return []
         item = self.item_for_tool(tool_id, name, args)
         self.tools[tool_id] = item
         return [b.ItemStarted(item)]
@@ -341,11 +372,9 @@ class ClaudeTurnMapper:
             return p.FileChangeItem(
                 id=tool_id, status="inProgress", changes=[proposed_change(name, args, self.cwd)]
             )
-        if name.startswith("mcp__"):
-            _, server, tool = [*name.split("__", 2), "", ""][:3]
-            return p.McpToolCallItem(
-                id=tool_id, server=server, tool=tool or name, arguments=args, status="inProgress"
-            )
+        split = split_tool(name, self.mcp_servers)
+        if split is not None:
+            return mcp_item(tool_id, split[0], split[1] or name, args)
         if name in ("WebSearch", "web_search"):
             query = str(args.get("query", ""))
             return p.WebSearchItem(
@@ -367,7 +396,7 @@ class ClaudeTurnMapper:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
             tool_id = str(block.get("tool_use_id") or "")
-            if tool_id in self._plan_tools:
+            if tool_id in self._plan_tools or tool_id in self._dynamic_calls:
                 continue
             item = self.tools.pop(tool_id, None)
             if item is None:
@@ -431,14 +460,7 @@ class ClaudeTurnMapper:
                     change.diff = diff
             return item
         if isinstance(item, p.McpToolCallItem):
-            if is_error or declined:
-                item.status = "failed"
-                item.error = p.McpToolCallError(message=text or "tool failed")
-            else:
-                item.status = "completed"
-                blocks = content if isinstance(content, list) else [{"type": "text", "text": text}]
-                item.result = p.McpToolCallResult(content=blocks)
-            return item
+            return _mcp_complete(item, content, structured, is_error or declined)
         if isinstance(item, p.DynamicToolCallItem):
             item.status = "failed" if is_error or declined else "completed"
             item.success = not (is_error or declined)

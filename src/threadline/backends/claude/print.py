@@ -7,7 +7,7 @@ import os
 from .. import base as b
 from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from .invocation import ClaudeSession, _env, _failure_from_exit, _finish_turn
-from .mapping import ClaudeTurnMapper, api_url
+from .mcp import failure_message, server_rules
 
 __all__ = ["ClaudePrintSession"]
 
@@ -16,21 +16,27 @@ class ClaudePrintSession(ClaudeSession, PerTurnCliSession):
     process_name = "claude -p"
 
     def argv(self) -> list[str]:
-        argv = self.claude_argv("-p")
-        if self.settings.approval_policy == "never":
-            argv += _unattended_flags()
-        return argv
+        if self.settings.approval_policy != "never":
+            return self.claude_argv("-p")
+        flags, allowed = _unattended_flags()
+        # A process per turn: the policy of this turn decides (the stream mode's CLI outlives
+        # a policy change, so there the approval router decides for every call).
+        allowed += server_rules(self.settings.mcp_servers, all_servers=True)
+        return self.claude_argv("-p", *flags, allowed=allowed)
 
     def process_env(self) -> dict[str, str]:
         return _env(self.settings)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        mapper = ClaudeTurnMapper(cwd=self.settings.cwd, url=api_url(self.settings.env))
+        mapper = self.mapper()
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
         async with self.turn_process(prompt_with_bootstrap(turn)) as proc:
             while (message := await proc.read_json_object()) is not None:
                 await self.note_init(message, ctx)
+                for name in self.new_failures(message):
+                    # (print mode has no control channel to ask claude for the reason)
+                    await ctx.emit(b.Warning(failure_message(name, None)))
                 if message.get("type") == "result":
                     self._check_resumable(message)
                     return await _finish_turn(mapper.result(message), ctx, self._usage)
@@ -42,13 +48,10 @@ class ClaudePrintSession(ClaudeSession, PerTurnCliSession):
             raise _failure_from_exit(proc, "exited without a result")
 
 
-def _unattended_flags() -> list[str]:
+def _unattended_flags() -> tuple[list[str], list[str]]:
+    """The flags and `--allowedTools` rules of a run that asks nothing (policy `never`)."""
     # The CLI refuses --dangerously-skip-permissions as root; there, pre-approve the tools.
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return [
-            "--permission-mode",
-            "acceptEdits",
-            "--allowedTools",
-            "Bash,Edit,Write,MultiEdit,NotebookEdit,WebFetch,WebSearch",
-        ]
-    return ["--dangerously-skip-permissions"]
+        tools = ["Bash", "Edit", "Write", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch"]
+        return ["--permission-mode", "acceptEdits"], tools
+    return ["--dangerously-skip-permissions"], []

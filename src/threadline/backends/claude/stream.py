@@ -23,7 +23,8 @@ from .invocation import (
     _finish_turn,
     _user_message,
 )
-from .mapping import EDIT_TOOLS, ClaudeTurnMapper, api_url
+from .mapping import EDIT_TOOLS, ClaudeTurnMapper
+from .mcp import failure_message, server_errors
 
 __all__ = ["ClaudeStreamSession"]
 
@@ -134,7 +135,7 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
             self.healthy = False
             lost = _failure_from_exit(proc, "exited between turns")
             raise b.SessionLost(lost.message, additional_details=lost.additional_details)
-        mapper = ClaudeTurnMapper(cwd=self.settings.cwd, url=api_url(self.settings.env))
+        mapper = self.mapper()
         self._in_turn = True
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
@@ -168,6 +169,7 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
     ) -> b.TurnOutcome:
         assert self.proc is not None
         pending_tools: dict[str, str] = {}  # control request id -> tool_use_id
+        failed: dict[str, list[str]] = {}  # our mcp_status request id -> failed servers
         interrupted = False
         while True:
             message = await receive_ready_or_none(self._messages)
@@ -177,6 +179,8 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
             mtype = message.get("type")
             if mtype == "result":
                 self._check_resumable(message)
+                for names in failed.values():  # (no mcp_status answer in time: no reason)
+                    await _warn_failed(ctx, names, {})
                 result = mapper.result(message)
                 return await _finish_turn(result, ctx, self._usage)
             if mtype == "control_request":
@@ -215,8 +219,15 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                         mapper.decisions.setdefault(tool_id, "cancel")
                 continue
             if mtype == "control_response":
+                response = message.get("response") or {}
+                asked = failed.pop(str(response.get("request_id")), None)
+                if asked is not None:
+                    await _warn_failed(ctx, asked, server_errors(response.get("response")))
                 continue
             await self.note_init(message, ctx)
+            if new := self.new_failures(message):
+                # The reason of each is only in claude's answer to `mcp_status`.
+                failed[await self._write_control({"subtype": "mcp_status"})] = new
             for event in mapper.feed(message):
                 await ctx.emit(event)
             if mapper.give_up is not None and not interrupted:
@@ -270,6 +281,10 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         args: dict[str, Any],
         request: dict[str, Any],
     ) -> dict[str, Any]:
+        if mapper.is_dynamic_tool(tool):
+            # One of the client's own tools: the client answers the call itself (threadline's
+            # tool host asks it), so claude runs it unasked and no item of ours shows it.
+            return {"behavior": "allow", "updatedInput": args}
         if tool_id not in mapper.tools:
             item = mapper.item_for_tool(tool_id, tool, args)
             mapper.tools[tool_id] = item
@@ -358,3 +373,8 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
             for i, q in enumerate(raw_questions)
         }
         return {"behavior": "allow", "updatedInput": {**args, "answers": mapped}}
+
+
+async def _warn_failed(ctx: b.TurnContext, names: list[str], errors: dict[str, str]) -> None:
+    for name in names:
+        await ctx.emit(b.Warning(failure_message(name, errors.get(name))))
