@@ -1,0 +1,74 @@
+"""Client-defined tools (`dynamicTools`) with the real CLIs: the fake model calls the tool by
+the CLI's own name for it, the CLI reaches threadline's tool host through the bridge, the
+client answers `item/tool/call`, and the answer is what the model gets back. The call is one
+`dynamicToolCall` item (no `mcpToolCall` of the CLI's own), and it runs without an approval:
+the client answering it is the decision."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.claude_env import ClaudeEnv
+from tests.fakes import anthropic
+from tests.support.client import Message
+from tests.support.events import (
+    agent_text,
+    items_completed,
+    items_started,
+    requests_in,
+    status,
+    turn,
+)
+
+pytestmark = pytest.mark.e2e
+
+LOOKUP = {
+    "name": "lookup",
+    "description": "Look a word up in the team's glossary.",
+    "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+}
+
+
+def answering(text: str, success: bool = True) -> Any:
+    def on_request(message: Message) -> Any:
+        assert message["method"] == "item/tool/call", message  # (no approval is asked)
+        return {"contentItems": [{"type": "inputText", "text": text}], "success": success}
+
+    return on_request
+
+
+def check_call(events: list[Any], arguments: dict[str, Any], status_: str) -> dict[str, Any]:
+    [call] = requests_in(events, "item/tool/call")
+    assert call["params"]["tool"] == "lookup" and call["params"]["arguments"] == arguments
+    [started] = items_started(events, "dynamicToolCall")
+    [item] = items_completed(events, "dynamicToolCall")
+    assert started["id"] == item["id"] == call["params"]["callId"]
+    assert item["status"] == status_, item
+    assert items_started(events, "mcpToolCall") == []
+    assert requests_in(events, "item/tool/requestApproval") == []
+    return item
+
+
+async def test_claude(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+    env = claude_env
+    call = anthropic.ToolUse("mcp__threadline__lookup", {"q": "trio"})
+    env.script(
+        anthropic.Rule("look it up", [call, "Found it."]),
+        anthropic.Rule("once more", [call, "Not found."]),
+    )
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(srv, approvalPolicy="untrusted", dynamicTools=[LOOKUP])
+        t, events = await turn(srv, tid, "look it up", answering("trio: structured concurrency"))
+        assert status(t) == "completed" and agent_text(events) == "Found it.", events
+        check_call(events, {"q": "trio"}, "completed")
+        assert "trio: structured concurrency" in json.dumps(env.fake.tool_results())
+        # a failed answer reaches the model as a failed result; the thread goes on
+        t, events = await turn(srv, tid, "once more", answering("glossary offline", success=False))
+        assert status(t) == "completed" and agent_text(events) == "Not found.", events
+        check_call(events, {"q": "trio"}, "failed")
+        [result] = env.fake.tool_results()
+        assert result.get("is_error") is True and "glossary offline" in json.dumps(result)
