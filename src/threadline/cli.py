@@ -221,6 +221,13 @@ def _doctor_line(info: Any) -> str:
 
 def _run(args: Any) -> int:
     from .terminal import RunOptions, run_main
+    from .terminal.run import mcp_servers
+
+    try:
+        mcp_servers(args.mcp)
+    except ValueError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        return 2
 
     return run_main(
         RunOptions(
@@ -232,8 +239,40 @@ def _run(args: Any) -> int:
             json=args.json,
             approval_policy=args.approval_policy,
             mode=args.mode,
+            mcp=args.mcp,
         )
     )
+
+
+def _add_run_parser(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run a turn in the terminal (interactive without a prompt)",
+        description="Start threadline, open a thread and run the prompt, rendering the turn "
+        "live and asking for approvals. Without a prompt, read prompts line by line. Ctrl-C "
+        "cancels the running turn; a second Ctrl-C quits. Exit status: 0 completed, "
+        "1 failed, 2 usage, 130 interrupted.",
+    )
+    run.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive session)")
+    run.add_argument("--backend", "-b", help="|".join(BACKEND_IDS))
+    run.add_argument("--model", "-m", help="the model (default: the backend's)")
+    run.add_argument("--cwd", "-C", help="the thread's working directory (default: here)")
+    run.add_argument("--mode", help="the backend mode (e.g. stream|print for claude)")
+    run.add_argument(
+        "--approval-policy",
+        choices=["untrusted", "on-request", "never"],
+        help="when to ask (never: the agent runs tools without asking)",
+    )
+    run.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help="give the agent an MCP server: NAME=COMMAND [ARGS…] (stdio) or NAME=URL (HTTP); "
+        "repeatable",
+    )
+    run.add_argument("--resume", metavar="THREAD_ID", help="continue this thread")
+    run.add_argument("--json", action="store_true", help="print raw notifications as JSON lines")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,26 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = sub.add_parser("docs", help="write the generated docs pages (protocol, backends)")
     docs.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
     docs.add_argument("--schemas", type=Path, default=Path("schemas"), help="schema directory")
-    run = sub.add_parser(
-        "run",
-        help="run a turn in the terminal (interactive without a prompt)",
-        description="Start threadline, open a thread and run the prompt, rendering the turn "
-        "live and asking for approvals. Without a prompt, read prompts line by line. Ctrl-C "
-        "cancels the running turn; a second Ctrl-C quits. Exit status: 0 completed, "
-        "1 failed, 2 usage, 130 interrupted.",
-    )
-    run.add_argument("prompt", nargs="?", help="the prompt (omit for an interactive session)")
-    run.add_argument("--backend", "-b", help="|".join(BACKEND_IDS))
-    run.add_argument("--model", "-m", help="the model (default: the backend's)")
-    run.add_argument("--cwd", "-C", help="the thread's working directory (default: here)")
-    run.add_argument("--mode", help="the backend mode (e.g. stream|print for claude)")
-    run.add_argument(
-        "--approval-policy",
-        choices=["untrusted", "on-request", "never"],
-        help="when to ask (never: the agent runs tools without asking)",
-    )
-    run.add_argument("--resume", metavar="THREAD_ID", help="continue this thread")
-    run.add_argument("--json", action="store_true", help="print raw notifications as JSON lines")
+    _add_run_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)

@@ -244,3 +244,13 @@ def test_on_a_terminal_answers_and_ctrl_c_read_cleanly(home: Path, workdir: Path
     term.read_until(b"interrupted")
     assert term.exit_status() == 130
     assert b"^C cancelling the turn" in term.screen and b"^C^C" not in term.screen, term.screen
+
+
+def test_mcp_servers_from_the_command_line(home: Path, workdir: Path) -> None:
+    server = f"srv={sys.executable} {ROOT / 'tests' / 'fakes' / 'mcp_server.py'}"
+    prompt = '/mcp srv echo {"text": "from the terminal"}'
+    done = run(home, workdir, "--mcp", server, "--approval-policy", "never", prompt)
+    assert done.returncode == 0, done.stderr
+    assert "echo: echo: from the terminal" in done.stdout, done.stdout
+    bad = run(home, workdir, "--mcp", "no-command", prompt)
+    assert bad.returncode == 2 and "expected NAME=COMMAND" in bad.stderr, bad.stderr

@@ -9,6 +9,7 @@ the terminal's Ctrl-C reaches only this client.
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import threading
@@ -48,6 +49,21 @@ _CHOICES = {
 }
 
 
+def mcp_servers(specs: list[str]) -> dict[str, Any]:
+    """`--mcp` values → `config.mcp_servers` (raises ValueError for a malformed one)."""
+    servers: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, command = spec.partition("=")
+        if not sep or not name or not command.strip():
+            raise ValueError(f"--mcp {spec!r}: expected NAME=COMMAND [ARGS…] or NAME=URL")
+        if command.startswith(("http://", "https://")):
+            servers[name] = {"url": command}
+        else:
+            argv = shlex.split(command)
+            servers[name] = {"command": argv[0], "args": argv[1:]}
+    return servers
+
+
 @dataclass
 class RunOptions:
     prompt: str | None = None
@@ -58,6 +74,8 @@ class RunOptions:
     json: bool = False
     approval_policy: str | None = None
     mode: str | None = None
+    #: `NAME=COMMAND ARGS…` (a stdio MCP server) or `NAME=http(s)://…` (`--mcp`).
+    mcp: list[str] = field(default_factory=list)
     #: The server command (default: this interpreter running threadline).
     server_argv: list[str] | None = None
 
@@ -170,13 +188,15 @@ class _Session:
                     o.resume, cwd=o.cwd, model=o.model, approval_policy=o.approval_policy
                 )
             else:
-                config = {"mode": o.mode} if o.mode else None
+                config: dict[str, Any] = {"mode": o.mode} if o.mode else {}
+                if o.mcp:
+                    config["mcp_servers"] = mcp_servers(o.mcp)
                 opened = await client.start_thread(
                     model_provider=o.backend,
                     model=o.model,
                     cwd=o.cwd,
                     approval_policy=o.approval_policy,
-                    config=config,
+                    config=config or None,
                 )
         except RpcError as exc:
             self.say(self.err.red(f"threadline: {exc.message}"))

@@ -16,6 +16,13 @@ from ..kit.mcp import is_dynamic, mcp_item
 __all__ = ["call_mcp_tool"]
 
 
+def _reason(exc: BaseException) -> str:
+    """The innermost error of `exc` (the SDK's task groups wrap it)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def _text(result: Any) -> str:
     return "\n".join(getattr(block, "text", "") or "" for block in result.content)
 
@@ -66,7 +73,7 @@ async def call_mcp_tool(
     try:
         text, ok = await _call(server, tool, args)
     except Exception as exc:  # (a server that fails: the call fails, the turn goes on)
-        text, ok = f"the MCP server failed: {exc}", False
+        text, ok = f"the MCP server {name!r} failed: {_reason(exc)}", False
     content: list[Any] = [{"type": "text", "text": text}]
     done = mcp_item(item.id, name, tool, args, status="completed", content=content)
     await ctx.emit(b.ItemCompleted(done if ok else mcp_item(item.id, name, tool, args, error=text)))
