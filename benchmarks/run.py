@@ -29,6 +29,7 @@ SUITE = [
     ("P3", "p3_throughput"),
     ("P4", "p4_cancel"),
     ("P5", "p5_threads"),
+    ("P6", "p6_tool_calls"),
 ]
 
 
