@@ -11,7 +11,13 @@ approval policy `never` (fail closed).
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +237,71 @@ async def test_mcp_secret_by_env_reference(
         assert server.server is not None
         assert SECRET not in server.server.stderr_text
         assert LITERAL not in server.server.stderr_text
+
+
+@contextmanager
+def http_server(log: Path) -> Iterator[str]:
+    """The test MCP server over streamable HTTP on a free loopback port; its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    repo = str(SERVER.parents[2])
+    code = (
+        f"import sys; sys.path.insert(0, {repo!r}); from tests.fakes.mcp_server import app; "
+        f"app.run('streamable-http', port={port})"
+    )
+    env = {**os.environ, "MCP_TEST_LOG": str(log)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(300):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, "the HTTP MCP server exited"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_mcp_http_server(nursery: trio.Nursery, codex_env: CodexEnv, mode: str) -> None:
+    env = codex_env
+    log = env.tmp / "mcp.log"
+    env.script(Rule("call echo", [call("echo", text="over http"), "Echoed."]))
+    with http_server(log) as url:
+        mcp = {"srv": {"url": url, "bearer_token_env_var": "MCP_TOKEN"}}
+        async with env.server(nursery, MCP_TOKEN="tok-123") as srv:
+            tid = await open_thread(env, srv, mode, "never", mcp)
+            t, events = await turn(srv, tid, "call echo please")
+            assert t["status"] == "completed", t
+            [done] = items_completed(events, "mcpToolCall")
+            assert done["status"] == "completed", done
+            assert done["result"]["content"] == [{"type": "text", "text": "echo: over http"}]
+            assert calls(log) == [{"tool": "echo", "arguments": {"text": "over http"}}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_mcp_servers_after_a_restart(
+    nursery: trio.Nursery, codex_env: CodexEnv, mode: str
+) -> None:
+    env = codex_env
+    log = env.tmp / "mcp.log"
+    env.script(Rule("hello", ["Hi."]), Rule("call echo", [call("echo", text="resumed"), "Done."]))
+    # by reference: a literal value is not stored with the thread
+    mcp = {"srv": {"command": sys.executable, "args": [str(SERVER)], "env_vars": ["MCP_TEST_LOG"]}}
+    async with env.server(nursery, MCP_TEST_LOG=str(log)) as srv:
+        tid = await open_thread(env, srv, mode, "never", mcp)
+        t, _ = await turn(srv, tid, "hello")
+        assert t["status"] == "completed", t
+    async with env.server(nursery, MCP_TEST_LOG=str(log)) as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        t, events = await turn(srv, tid, "call echo please")
+        assert t["status"] == "completed", t
+        [done] = items_completed(events, "mcpToolCall")
+        assert done["status"] == "completed", done
+        assert calls(log) == [{"tool": "echo", "arguments": {"text": "resumed"}}]
