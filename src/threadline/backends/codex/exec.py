@@ -105,7 +105,8 @@ def _exec_item(
 #: Codex exec's error for an MCP call that needs an approval (exec never asks).
 _NEEDS_APPROVAL = "MCP tool call requires approval"
 #: Fail closed: exec cannot ask, so under any policy but `never` the thread's MCP tools
-#: (other than the client's own) are refused; what the client and the model are told.
+#: (other than the client's own) are refused by Codex itself (`prompt`, see .mcp); the error
+#: the client's item then shows (the model gets Codex's own words).
 EXEC_REFUSED = (
     "refused: codex exec cannot ask for approval, so MCP tools run only under approvalPolicy "
     "never (the app-server mode asks)"
