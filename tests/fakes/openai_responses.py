@@ -105,6 +105,9 @@ class FunctionCall:
     name: str
     arguments: Mapping[str, Any] | str = field(default_factory=dict)
     call_id: str | None = None  # None: a fresh ``call_…`` id per response
+    #: The tool's namespace: Codex offers a server's MCP tools as namespace ``mcp__<server>``
+    #: holding each tool by its own name.
+    namespace: str | None = None
 
     @property
     def arguments_json(self) -> str:
@@ -371,7 +374,7 @@ def _item(block: _Wire, item_id: str, *, done: bool) -> dict[str, Any]:
             item["encrypted_content"] = block.encrypted_content
         return item
     if isinstance(block, FunctionCall):
-        return {
+        item = {
             "id": item_id,
             "type": "function_call",
             "status": status,
@@ -379,6 +382,9 @@ def _item(block: _Wire, item_id: str, *, done: bool) -> dict[str, Any]:
             "call_id": block.call_id,
             "arguments": block.arguments_json if done else "",
         }
+        if block.namespace is not None:
+            item["namespace"] = block.namespace
+        return item
     return {
         "id": item_id,
         "type": "custom_tool_call",

@@ -15,6 +15,7 @@ from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, Resp
 from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
+from ..kit.mcp import is_dynamic
 from ..kit.spawn import LiveCliSession
 from .api import api_failure, provider_url, retry_status
 from .invocation import (
@@ -30,9 +31,15 @@ from .invocation import (
     _convert,
     _exit_error,
 )
+from .mcp import APPROVAL_KIND, mcp_config, with_error
 from .spec import SPEC
 
 log = logging.getLogger("threadline.backend.codex")
+
+#: How long the first turn waits for the thread's MCP servers to start (Codex itself waits
+#: about 1 s, then leaves a slower server's tools out of the model's request).
+_MCP_START_WAIT = 30.0
+_MCP_STARTED = ("ready", "failed", "cancelled")
 
 
 class CodexAppServerSession(LiveCliSession):
@@ -58,6 +65,16 @@ class CodexAppServerSession(LiveCliSession):
         self._logged_out = False
         #: The running turn's error once Codex's retries cannot help (it is interrupted).
         self._gave_up: p.TurnError | None = None
+        self.mcp = mcp_config(settings, inline=True)
+        #: The start-up state (and error) Codex reported of each of the thread's MCP servers.
+        self._mcp_state: dict[str, tuple[str, str | None]] = {}
+        self._mcp_started = trio.Event()
+        if not self.mcp.servers:
+            self._mcp_started.set()
+        self._mcp_warned: set[str] = set()
+        #: MCP tool items of the running turn: id -> (server, tool); the ids not shown.
+        self._mcp_calls: dict[str, tuple[str, str]] = {}
+        self._hidden: set[str] = set()
 
     def argv(self) -> list[str]:
         return [self.codex.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
@@ -65,7 +82,7 @@ class CodexAppServerSession(LiveCliSession):
     # -- process and JSON-RPC plumbing --------------------------------------------------------
 
     def process_env(self) -> dict[str, str]:
-        return self.codex.env(self.settings)
+        return {**self.codex.env(self.settings), **self.mcp.env}
 
     async def opened(self, proc: GroupProcess, nursery: trio.Nursery) -> None:
         # Codex's requests reach `_events` in arrival order with its notifications: the
@@ -89,7 +106,31 @@ class CodexAppServerSession(LiveCliSession):
         scope.cancel()
 
     async def _queue(self, message: Incoming) -> None:
+        if message.id is None and message.method == "mcpServer/startupStatus/updated":
+            self._mcp_status(_params(message))
         await send_ready(self._events_send, message)
+
+    def _mcp_status(self, params: dict[str, Any]) -> None:
+        """Record a server's start-up state; once each of the thread's servers has started
+        or failed, `_mcp_started` is set."""
+        name, status = str(params.get("name") or ""), str(params.get("status") or "")
+        if name not in self.mcp.servers:
+            return  # one of the user's own servers
+        error = params.get("error")
+        self._mcp_state[name] = (status, str(error) if error else None)
+        if all(self._mcp_state.get(n, ("",))[0] in _MCP_STARTED for n in self.mcp.servers):
+            self._mcp_started.set()
+
+    async def _servers_started(self, ctx: b.TurnContext) -> None:
+        """Wait (bounded) until the thread's MCP servers have started, so that their tools
+        are offered from the first request on; warn of each that failed."""
+        with trio.move_on_after(_MCP_START_WAIT):
+            await self._mcp_started.wait()
+        for name, (status, error) in sorted(self._mcp_state.items()):
+            if status in ("failed", "cancelled") and name not in self._mcp_warned:
+                self._mcp_warned.add(name)
+                reason = error or status
+                await ctx.emit(b.Warning(f"MCP server {name!r} failed to start: {reason}"))
 
     async def _ended(self) -> None:
         assert self.proc is not None
@@ -165,6 +206,8 @@ class CodexAppServerSession(LiveCliSession):
             params["developerInstructions"] = self.settings.developer_instructions
         if self.settings.base_instructions:
             params["baseInstructions"] = self.settings.base_instructions
+        if self.mcp.servers:
+            params["config"] = {"mcp_servers": self.mcp.servers}
         try:
             if self.settings.backend_session_id:
                 # Codex does not keep sandbox/approval policy across resume: send them again.
@@ -250,6 +293,7 @@ class CodexAppServerSession(LiveCliSession):
         if turn.bootstrap:
             # Codex takes the role natively as developer instructions (thread/start).
             await ctx.mark_role_bootstrap_applied()
+        await self._servers_started(ctx)
         try:
             result = await self.request(
                 "turn/start",
@@ -266,6 +310,7 @@ class CodexAppServerSession(LiveCliSession):
         in_flight_commands: set[str] = set()
         self._not_running = set()
         self._stopped = {}
+        self._mcp_calls, self._hidden = {}, set()
         final_error: p.TurnError | None = None
         watch = ConnectionWatch()
         self._gave_up = None
@@ -380,6 +425,10 @@ class CodexAppServerSession(LiveCliSession):
                     return  # the engine reports the turn's input itself
                 if isinstance(item, p.CommandExecutionItem):
                     (in_flight.add if method == "item/started" else in_flight.discard)(item.id)
+                if isinstance(item, p.McpToolCallItem):
+                    if self._mcp_item(item, method):
+                        return
+                    item = with_error(item)
                 await ctx.emit(
                     b.ItemStarted(item) if method == "item/started" else b.ItemCompleted(item)
                 )
@@ -408,7 +457,8 @@ class CodexAppServerSession(LiveCliSession):
             case "item/fileChange/outputDelta":
                 await ctx.emit(b.FileChangeOutputDelta(item_id, str(params.get("delta", ""))))
             case "item/mcpToolCall/progress":
-                await ctx.emit(b.McpProgress(item_id, str(params.get("message", ""))))
+                if item_id not in self._hidden:
+                    await ctx.emit(b.McpProgress(item_id, str(params.get("message", ""))))
             case "turn/plan/updated":
                 steps = _convert(params.get("plan"), _STEP_DECODER)
                 if steps is not None:
@@ -477,8 +527,52 @@ class CodexAppServerSession(LiveCliSession):
         if method == "item/permissions/requestApproval":
             return {"permissions": {}}  # fail closed: grant nothing
         if method == "mcpServer/elicitation/request":
-            return {"action": "decline"}
+            return await self._elicitation(params, ctx)
         raise RpcError(METHOD_NOT_FOUND, f"threadline does not handle {method}")
+
+    def _mcp_item(self, item: p.McpToolCallItem, method: str) -> bool:
+        """Track an MCP tool item; whether it is hidden (a tool of the client's own, reported
+        by threadline's tool host)."""
+        if is_dynamic(item.server):
+            self._hidden.add(item.id)
+            return True
+        if method == "item/started":
+            self._mcp_calls[item.id] = (item.server, item.tool)
+        else:
+            self._mcp_calls.pop(item.id, None)
+        return False
+
+    async def _elicitation(self, params: dict[str, Any], ctx: b.TurnContext) -> dict[str, Any]:
+        """Codex asks before an MCP tool call by an elicitation: the client gets it as
+        `item/tool/requestApproval` for the call's item. Any other elicitation is declined."""
+        meta = params.get("_meta")
+        meta = meta if isinstance(meta, dict) else {}
+        server = str(params.get("serverName") or "")
+        if meta.get("codex_approval_kind") != APPROVAL_KIND:
+            return {"action": "decline"}
+        if is_dynamic(server):
+            return {"action": "accept"}
+        tool = str(meta.get("tool_name") or "")
+        # The call's item was announced just before (Codex: item/started, then the request).
+        item_id = next(
+            (i for i, st in reversed(self._mcp_calls.items()) if st == (server, tool)), None
+        )
+        if item_id is None:
+            log.warning("codex asked about an MCP call without an item (%s): declined", server)
+            return {"action": "decline"}
+        del self._mcp_calls[item_id]  # asked once
+        decision = await ctx.request_approval(
+            b.ApprovalRequest(
+                kind="tool",
+                item_id=item_id,
+                tool=tool,
+                arguments=meta.get("tool_params"),
+                reason=str(params.get("message") or "") or None,
+            )
+        )
+        if decision in ("accept", "acceptForSession"):
+            return {"action": "accept"}
+        return {"action": "decline" if decision == "decline" else "cancel"}
 
 
 def _params(message: Incoming) -> dict[str, Any]:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+import msgspec
+
 from ... import protocol as p
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure
+from ..kit.mcp import is_dynamic
 from ..kit.per_turn import PerTurnCliSession
 from ..kit.usage import UsageFields, read_usage
 from .api import STATUS_TEXT, api_failure, provider_url, retry_status
 from .invocation import _COMMON_FLAGS, CodexCommand, _config_flags, _exit_error
+from .mcp import mcp_config, start_failures, with_error
 
 _EXEC_STATUS: dict[str, Literal["inProgress", "completed", "failed", "declined"]] = {
     "in_progress": "inProgress",
@@ -70,7 +74,7 @@ def _exec_item(
             if status == "inProgress"
             else ("failed" if status in ("failed", "declined") else "completed")
         )
-        return p.McpToolCallItem(
+        mcp_item = p.McpToolCallItem(
             id=item_id,
             server=str(raw.get("server", "")),
             tool=str(raw.get("tool", "")),
@@ -81,6 +85,7 @@ def _exec_item(
             else None,
             error=p.McpToolCallError(message=str(error.get("message", ""))) if error else None,
         )
+        return _mcp_exec_item(mcp_item)
     if kind == "web_search":
         query = str(raw.get("query", ""))
         return p.WebSearchItem(id=item_id, query=query, action=p.WebSearchActionSearch(query=query))
@@ -95,6 +100,27 @@ def _exec_item(
     if kind == "error":
         return str(raw.get("message", ""))
     return None
+
+
+#: Codex exec's error for an MCP call that needs an approval (exec never asks).
+_NEEDS_APPROVAL = "MCP tool call requires approval"
+#: Fail closed: exec cannot ask, so under any policy but `never` the thread's MCP tools
+#: (other than the client's own) are refused by Codex itself (`prompt`, see .mcp); the error
+#: the client's item then shows (the model gets Codex's own words).
+EXEC_REFUSED = (
+    "refused: codex exec cannot ask for approval, so MCP tools run only under approvalPolicy "
+    "never (the app-server mode asks)"
+)
+
+
+def _mcp_exec_item(item: p.McpToolCallItem) -> p.McpToolCallItem | None:
+    """The MCP item as shown: none for a tool of the client's own (threadline's tool host
+    reports it); exec's approval refusal explained."""
+    if is_dynamic(item.server):
+        return None
+    if item.error is not None and item.error.message.startswith(_NEEDS_APPROVAL):
+        return msgspec.structs.replace(item, error=p.McpToolCallError(message=EXEC_REFUSED))
+    return with_error(item)
 
 
 _USAGE = UsageFields(
@@ -120,6 +146,11 @@ class CodexExecSession(PerTurnCliSession):
         #: The last `error` event's message (the reason given if the turn fails without one).
         self.last_error: str | None = None
         self._watch = ConnectionWatch()
+        # `required`: exec waits for the servers to start (else it gives the model only those
+        # that started within about 1 s); one that fails stops it, and the turn runs again
+        # without it (`_run`).
+        self.mcp = mcp_config(settings, required=True)
+        self._failed_servers: frozenset[str] = frozenset()
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -132,6 +163,7 @@ class CodexExecSession(PerTurnCliSession):
             s.cwd,
             *_COMMON_FLAGS,
             *_config_flags(s),
+            *self.mcp.flags(),
         ]
         if s.model and s.model != "default":
             argv += ["--model", s.model]
@@ -149,20 +181,39 @@ class CodexExecSession(PerTurnCliSession):
         return argv
 
     def process_env(self) -> dict[str, str]:
-        return self.codex.env(self.settings)
+        return {**self.codex.env(self.settings), **self.mcp.env}
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
         prefix = f"{turn.turn_id[-12:]}-"
+        while True:
+            outcome = await self._run(turn, prefix, ctx)
+            if outcome is not None:
+                return outcome
+
+    async def _run(
+        self, turn: b.TurnInput, prefix: str, ctx: b.TurnContext
+    ) -> b.TurnOutcome | None:
+        """One `codex exec` run of the turn; None when it stopped because one of the thread's
+        MCP servers did not start (left out from then on, with a warning: run it again)."""
         self.last_error = None
         self._watch = ConnectionWatch()
+        events = 0
         async with self.turn_process(turn.text) as proc:
             while (event := await proc.read_json_object()) is not None:
+                events += 1
                 outcome = await self.handle_event(event, prefix, ctx)
                 if outcome is not None:
                     return outcome
             await proc.wait()
+            failed = start_failures(self.mcp, proc.stderr_tail()) if events == 0 else {}
+            if failed:
+                for name, reason in sorted(failed.items()):
+                    await ctx.emit(b.Warning(f"MCP server {name!r} failed to start: {reason}"))
+                self._failed_servers |= failed.keys()
+                self.mcp = mcp_config(self.settings, required=True, leave_out=self._failed_servers)
+                return None
             raise _exit_error(
                 proc,
                 "exited without finishing the turn"
