@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from tests.e2e.claude_env import ClaudeEnv
-from tests.fakes import anthropic
+from tests.e2e.codex_env import CodexEnv
+from tests.fakes import anthropic, openai_responses
 from tests.support.client import Message
 from tests.support.events import (
     agent_text,
@@ -72,3 +73,25 @@ async def test_claude(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
         check_call(events, {"q": "trio"}, "failed")
         [result] = env.fake.tool_results()
         assert result.get("is_error") is True and "glossary offline" in json.dumps(result)
+
+
+@pytest.mark.parametrize("mode", ["app-server", "exec"])
+async def test_codex(nursery: trio.Nursery, codex_env: CodexEnv, mode: str) -> None:
+    env = codex_env
+    call = openai_responses.FunctionCall("lookup", {"q": "trio"}, namespace="mcp__threadline")
+    env.script(
+        openai_responses.Rule("look it up", [call, "Found it."]),
+        openai_responses.Rule("once more", [call, "Not found."]),
+    )
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(
+            srv, approvalPolicy="untrusted", config={"mode": mode}, dynamicTools=[LOOKUP]
+        )
+        t, events = await turn(srv, tid, "look it up", answering("trio: structured concurrency"))
+        assert status(t) == "completed" and agent_text(events) == "Found it.", events
+        check_call(events, {"q": "trio"}, "completed")
+        assert "trio: structured concurrency" in json.dumps(env.fake.function_outputs(-1))
+        t, events = await turn(srv, tid, "once more", answering("glossary offline", success=False))
+        assert status(t) == "completed" and agent_text(events) == "Not found.", events
+        check_call(events, {"q": "trio"}, "failed")
+        assert "glossary offline" in json.dumps(env.fake.function_outputs(-1))

@@ -51,6 +51,8 @@ def _approval_mode(settings: b.SessionSettings, server: str) -> str:
     return "approve" if is_dynamic(server) or settings.approval_policy == "never" else "prompt"
 
 
+#: Codex's own limit on a call of the thread's client-defined tools (threadline's is shorter).
+_DYNAMIC_CALL_LIMIT = 24 * 3600
 #: What Codex writes on stderr when a server marked `required` does not start.
 _REQUIRED_FAILED = "required MCP servers failed to initialize: "
 
@@ -82,6 +84,12 @@ def mcp_config(
         entry: dict[str, Any] = {"default_tools_approval_mode": mode}
         if required:
             entry["required"] = True
+        if is_dynamic(server.name):
+            # Codex must wait for threadline's own server (its first start loads the MCP SDK)
+            # and leave a call's time limit to threadline (`config.toolCallTimeoutMs`).
+            entry.update(
+                required=True, startup_timeout_sec=60, tool_timeout_sec=_DYNAMIC_CALL_LIMIT
+            )
         if isinstance(server, McpStdioServer):
             entry.update(command=server.command, args=list(server.args))
             _stdio_env(entry, server.env, settings.env, config.env if not inline else None)
