@@ -179,7 +179,11 @@ async def test_headless_mcp_echo_and_policy(nursery: trio.Nursery, gemini_env: G
     policy Gemini denies MCP tools, and the item ends failed as declined (the tool never ran)."""
     env = gemini_env
     log = env.tmp / "mcp.jsonl"
-    env.script(echo_rule("first echo", "hello"), echo_rule("untrusted echo", "no"))
+    env.script(
+        echo_rule("first echo", "hello"),
+        echo_rule("untrusted echo", "no"),
+        Rule("second turn", ["Still here."]),
+    )
     config = {**HEADLESS, "mcp_servers": {"srv": server(log)}}
     scratch = env.tmp / "scratch"  # threadline's TMPDIR: the CLI's settings go there
     scratch.mkdir()
@@ -196,6 +200,9 @@ async def test_headless_mcp_echo_and_policy(nursery: trio.Nursery, gemini_env: G
         assert item["status"] == "completed", json.dumps(item)
         assert mcp_result_text(item) == "echo: hello"
         assert calls(log) == [{"tool": "echo", "arguments": {"text": "hello"}}]
+        t, events = await turn(srv, tid, "second turn")  # --resume, with the servers again
+        assert status(t) == "completed" and not items_started(events, "mcpToolCall"), t
+        assert env.fake.model_requests[-1].function_responses  # turn 1's call in the history
 
         tid = await srv.start_thread(
             env.work, modelProvider="gemini", approvalPolicy="untrusted", config=config

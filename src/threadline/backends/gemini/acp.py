@@ -17,7 +17,7 @@ from ..kit.api_errors import ConnectionWatch, unreachable
 from ..kit.api_probe import probe_target, watch_api
 from .headless import _api_error, _info_for_status
 from .invocation import _CHECK, PROBE_BUDGET, _api_failure, api_url
-from .mcp import DEBUG_LOG, StartFailures, acp_mcp_call
+from .mcp import StartFailures, acp_mcp_call
 from .spec import SPEC
 
 log = logging.getLogger("threadline.backend.gemini")
@@ -69,6 +69,8 @@ class GeminiAcpSession(AcpSession):
         )
 
     _failures: StartFailures | None = None
+    #: The agent's debug log (`DEBUG_LOG` in its environment), set by the backend.
+    debug_log: str | None = None
 
     def mcp_call(self, call: dict[str, Any]) -> McpCall | None:
         return acp_mcp_call(call, [s.name for s in self.settings.mcp_servers])
@@ -76,7 +78,7 @@ class GeminiAcpSession(AcpSession):
     async def open(self) -> None:
         # The agent's debug log from here on says which of our servers failed to start.
         names = [s.name for s in self.settings.mcp_servers]
-        self._failures = StartFailures(self.host.env.get(DEBUG_LOG), names)
+        self._failures = StartFailures(self.debug_log, names)
         await super().open()
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import uuid
+import weakref
 from functools import partial
 
 from .. import base as b
@@ -41,14 +43,15 @@ class GeminiBackend(PooledAcpBackend):
 
     def __init__(self) -> None:
         super().__init__(SPEC, AcpPool("gemini --acp"))
-        self._logs: tempfile.TemporaryDirectory[str] | None = None
+        self._logs: str | None = None
 
     def _debug_log(self) -> str:
         """The path of a new agent's debug log (where it names the MCP servers that failed to
         start), in a private directory removed when threadline exits."""
         if self._logs is None:
-            self._logs = tempfile.TemporaryDirectory(prefix="threadline-gemini-acp-")
-        return os.path.join(self._logs.name, f"{uuid.uuid4().hex}.log")
+            self._logs = tempfile.mkdtemp(prefix="threadline-gemini-acp-")
+            weakref.finalize(self, shutil.rmtree, self._logs, ignore_errors=True)
+        return os.path.join(self._logs, f"{uuid.uuid4().hex}.log")
 
     def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
         return GeminiHeadlessSession(settings, binary)
@@ -62,6 +65,7 @@ class GeminiBackend(PooledAcpBackend):
     def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
         session = GeminiAcpSession(host, settings, "gemini")
         session.before_load = partial(_wait_out_session_minute, env=_env(settings))
+        session.debug_log = host.env.get(DEBUG_LOG)
         return session
 
 
