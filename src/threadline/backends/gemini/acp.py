@@ -11,11 +11,13 @@ from typing import Any
 import trio
 
 from ...protocol import TurnError
-from ..kit.acp import AcpError, AcpSession, AcpTurnMapper
+from .. import base as b
+from ..kit.acp import AcpError, AcpSession, AcpTurnMapper, McpCall
 from ..kit.api_errors import ConnectionWatch, unreachable
 from ..kit.api_probe import probe_target, watch_api
 from .headless import _api_error, _info_for_status
 from .invocation import _CHECK, PROBE_BUDGET, _api_failure, api_url
+from .mcp import StartFailures, acp_mcp_call
 from .spec import SPEC
 
 log = logging.getLogger("threadline.backend.gemini")
@@ -65,6 +67,25 @@ class GeminiAcpSession(AcpSession):
         return failure or TurnError(
             message=text, codex_error_info=_info_for_status(code or error.code, text)
         )
+
+    _failures: StartFailures | None = None
+    #: The agent's debug log (`DEBUG_LOG` in its environment), set by the backend.
+    debug_log: str | None = None
+
+    def mcp_call(self, call: dict[str, Any]) -> McpCall | None:
+        return acp_mcp_call(call, [s.name for s in self.settings.mcp_servers])
+
+    async def open(self) -> None:
+        # The agent's debug log from here on says which of our servers failed to start.
+        names = [s.name for s in self.settings.mcp_servers]
+        self._failures = StartFailures(self.debug_log, names)
+        await super().open()
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        if self._failures is not None:
+            for text in self._failures.warnings():
+                await ctx.emit(b.Warning(text))
+        return await super().run_turn(turn, ctx)
 
     def on_update(self, update: dict[str, Any]) -> None:
         self._last_update = trio.current_time()

@@ -18,6 +18,11 @@ minute as the session file's name wipes the session — we wait for the next min
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
 from functools import partial
 
 from .. import base as b
@@ -25,6 +30,7 @@ from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import GeminiAcpSession, _wait_out_session_minute
 from .headless import GeminiHeadlessSession
 from .invocation import _env, _model_flags
+from .mcp import DEBUG_LOG
 from .spec import SPEC
 
 __all__ = ["GeminiBackend"]
@@ -37,16 +43,29 @@ class GeminiBackend(PooledAcpBackend):
 
     def __init__(self) -> None:
         super().__init__(SPEC, AcpPool("gemini --acp"))
+        self._logs: str | None = None
+
+    def _debug_log(self) -> str:
+        """The path of a new agent's debug log (where it names the MCP servers that failed to
+        start), in a private directory removed when threadline exits."""
+        if self._logs is None:
+            self._logs = tempfile.mkdtemp(prefix="threadline-gemini-acp-")
+            weakref.finalize(self, shutil.rmtree, self._logs, ignore_errors=True)
+        return os.path.join(self._logs, f"{uuid.uuid4().hex}.log")
 
     def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
         return GeminiHeadlessSession(settings, binary)
 
     def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
-        return AcpAgent([binary, "--acp", *_model_flags(settings)], _env(settings))
+        env = _env(settings)
+        if not env.get(DEBUG_LOG):  # (an agent may serve later threads' servers too)
+            env[DEBUG_LOG] = self._debug_log()
+        return AcpAgent([binary, "--acp", *_model_flags(settings)], env)
 
     def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
         session = GeminiAcpSession(host, settings, "gemini")
         session.before_load = partial(_wait_out_session_minute, env=_env(settings))
+        session.debug_log = host.env.get(DEBUG_LOG)
         return session
 
 

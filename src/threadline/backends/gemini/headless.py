@@ -15,6 +15,7 @@ from ...procs.group import exit_status
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials, unreachable
 from ..kit.diff import file_diff
+from ..kit.mcp import is_dynamic, mcp_item
 from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from ..kit.usage import UsageFields, UsageTotals, read_usage
 from .invocation import (
@@ -27,6 +28,7 @@ from .invocation import (
     _model_flags,
     api_url,
 )
+from .mcp import DEBUG_LOG, StartFailures, headless_settings, split_tool_name
 from .spec import SPEC
 
 
@@ -68,16 +70,24 @@ class GeminiHeadlessSession(PerTurnCliSession):
         self._tried = True
         run = _HeadlessTurn(self.settings.env)
         prompt = prompt_with_bootstrap(turn)
-        async with self.turn_process(prompt, on_stderr_line=run.stderr_line) as proc:
-            with run.scope:
-                while (event := await proc.read_json_object()) is not None:
-                    await self._event(event, run, turn, ctx)
-            await run.close_message(ctx)
-            if run.gave_up is not None:
-                return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
-            code = await proc.wait()
-            if run.result is None:
-                raise _no_result(code, proc.stderr_tail(1500))
+        with headless_settings(self.settings.mcp_servers, self.settings.env) as (mcp_env, warn):
+            if warn is not None:
+                await ctx.emit(b.Warning(warn))
+            env = {**self.process_env(), **mcp_env}
+            names = [s.name for s in self.settings.mcp_servers]
+            failures = StartFailures(mcp_env.get(DEBUG_LOG), names)
+            async with self.turn_process(prompt, env=env, on_stderr_line=run.stderr_line) as proc:
+                with run.scope:
+                    while (event := await proc.read_json_object()) is not None:
+                        await self._event(event, run, turn, ctx)
+                await run.close_message(ctx)
+                for text in failures.warnings():
+                    await ctx.emit(b.Warning(text))
+                if run.gave_up is not None:
+                    return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
+                code = await proc.wait()
+                if run.result is None:
+                    raise _no_result(code, proc.stderr_tail(1500))
         return await self._outcome(run.result, run.last_error, code, ctx)
 
     async def _event(
@@ -94,7 +104,10 @@ class GeminiHeadlessSession(PerTurnCliSession):
             await run.delta(str(event.get("content", "")), ctx)
         elif etype == "tool_use":
             await run.close_message(ctx)
-            item = _headless_tool(event, self.settings.cwd)
+            servers = [s.name for s in self.settings.mcp_servers]
+            item = _headless_tool(event, self.settings.cwd, servers)
+            if item is None:
+                return  # one of threadline's own tools: its host shows the call
             run.tools[item.id] = item
             await ctx.emit(b.ItemStarted(item))
         elif etype == "tool_result":
@@ -261,11 +274,15 @@ def _headless_usage(stats: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(stats, _USAGE)
 
 
-def _headless_tool(event: dict[str, Any], cwd: str) -> p.ThreadItem:
+def _headless_tool(event: dict[str, Any], cwd: str, servers: list[str]) -> p.ThreadItem | None:
+    """The item of a `tool_use` event (None: a call of threadline's own tools, no item)."""
     name = str(event.get("tool_name") or "tool")
     tool_id = str(event.get("tool_id") or uuid.uuid4())
     params = event.get("parameters") if isinstance(event.get("parameters"), dict) else {}
     assert isinstance(params, dict)
+    mcp = split_tool_name(name, servers)
+    if mcp is not None:
+        return None if is_dynamic(mcp[0]) else mcp_item(tool_id, mcp[0], mcp[1], params)
     if name == "run_shell_command":
         command = str(params.get("command", ""))
         return p.CommandExecutionItem(
@@ -330,4 +347,22 @@ def _finish_tool(item: p.ThreadItem, event: dict[str, Any]) -> p.ThreadItem:
         item.success = ok
         text = str(output) if output is not None else str(error.get("message", ""))
         item.content_items = [p.ToolOutputText(text=text)] if text else []
+    elif isinstance(item, p.McpToolCallItem):
+        _finish_mcp(item, ok, output, error, refused)
     return item
+
+
+def _finish_mcp(
+    item: p.McpToolCallItem, ok: bool, output: Any, error: dict[str, Any], refused: bool
+) -> None:
+    """A headless MCP call's end. Refused: the approval mode or a policy kept it from
+    running (headless cannot ask: outside `never` Gemini denies MCP tools)."""
+    if ok:
+        item.status = "completed"
+        text = str(output) if output is not None else ""
+        item.result = p.McpToolCallResult(content=[{"type": "text", "text": text}] if text else [])
+        return
+    message = str(error.get("message") or "the MCP tool call failed")
+    if refused:
+        message = f"declined: {message}"
+    item.status, item.error = "failed", p.McpToolCallError(message=message)

@@ -14,7 +14,7 @@ the agent are answered inside the thread's cwd only.
 
 from .backend import AcpAgent, PooledAcpBackend, open_acp_session
 from .host import AcpError, AcpHost, error_info_for_code
-from .mapper import AcpTurnMapper, usage_from_prompt_result
+from .mapper import AcpTurnMapper, McpCall, usage_from_prompt_result
 from .pool import AcpPool
 from .session import AcpSession
 
@@ -25,6 +25,7 @@ __all__ = [
     "AcpPool",
     "AcpSession",
     "AcpTurnMapper",
+    "McpCall",
     "PooledAcpBackend",
     "error_info_for_code",
     "open_acp_session",

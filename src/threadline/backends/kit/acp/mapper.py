@@ -11,10 +11,25 @@ from typing import Any
 from .... import protocol as p
 from ... import base as b
 from ..diff import file_diff
+from ..mcp import is_dynamic, mcp_item
 from ..plan import todo_steps
 from ..usage import UsageFields, read_usage
 
-__all__ = ["AcpTurnMapper", "usage_from_prompt_result"]
+__all__ = ["AcpTurnMapper", "McpCall", "usage_from_prompt_result"]
+
+
+@dataclass(frozen=True)
+class McpCall:
+    """What a backend knows of an ACP tool call: a call of MCP server `server`'s tool `tool`
+    (its own name, without the agent's prefix) with `arguments`."""
+
+    server: str
+    tool: str
+    arguments: Any = None
+
+
+def _no_mcp(call: dict[str, Any]) -> McpCall | None:
+    return None
 
 
 def _content_text(content: Any) -> str:
@@ -74,6 +89,10 @@ class AcpTurnMapper:
     cancelled: bool = False
     #: True once the agent announced a tool call this turn (its model answer was complete).
     tool_seen: bool = False
+    #: The backend's reading of a tool call (`AcpSession.mcp_call`): an MCP tool's call, or None.
+    mcp_call: Callable[[dict[str, Any]], McpCall | None] = _no_mcp
+    #: Calls of threadline's own tool server (`kit.mcp.is_dynamic`): no item of ours.
+    hidden: set[str] = field(default_factory=set)
 
     def take(self) -> list[b.BackendEvent]:
         out, self.events = self.events, []
@@ -133,9 +152,26 @@ class AcpTurnMapper:
         # user_message_chunk (history replay), available_commands_update, usage_update,
         # config_option_update, current_mode_update: nothing for the client here.
 
+    def is_hidden(self, call: dict[str, Any]) -> bool:
+        """Whether the call is one of threadline's own tools (`kit.mcp.is_dynamic`): threadline's
+        tool host reports it, so the turn shows no item for it."""
+        call_id = str(call.get("toolCallId") or "")
+        if call_id in self.hidden:
+            return True
+        if call_id in self.tools:
+            return False
+        mcp = self.mcp_call(call)
+        if mcp is not None and is_dynamic(mcp.server):
+            self.hidden.add(call_id)
+            return True
+        return False
+
     def tool_item(self, call: dict[str, Any]) -> p.ThreadItem:
         """The item for an ACP tool call (from a tool_call or a permission request)."""
         call_id = str(call.get("toolCallId") or self.new_id())
+        mcp = self.mcp_call(call)
+        if mcp is not None:
+            return mcp_item(call_id, mcp.server, mcp.tool, mcp.arguments)
         kind = call.get("kind")
         raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
         assert isinstance(raw, dict)
@@ -208,6 +244,8 @@ class AcpTurnMapper:
         return item
 
     def _tool(self, update: dict[str, Any]) -> None:
+        if self.is_hidden(update):
+            return
         kind = update.get("sessionUpdate")
         call_id = str(update.get("toolCallId") or "")
         item = self.start_tool(update)
@@ -258,7 +296,21 @@ class AcpTurnMapper:
             item.status = "failed" if failed or declined else "completed"
             item.success = not (failed or declined)
             item.content_items = [p.ToolOutputText(text=text)] if text else []
+        elif isinstance(item, p.McpToolCallItem):
+            _finish_mcp(item, text, failed=failed, declined=declined)
         self.events.append(b.ItemCompleted(item))
+
+
+def _finish_mcp(item: p.McpToolCallItem, text: str, *, failed: bool, declined: bool) -> None:
+    """An MCP tool call's end: its output as MCP text content, or the error."""
+    if declined:
+        item.status, item.error = "failed", p.McpToolCallError(message="declined by the user")
+    elif failed:
+        item.status = "failed"
+        item.error = p.McpToolCallError(message=text or "the MCP tool call failed")
+    else:
+        item.status = "completed"
+        item.result = p.McpToolCallResult(content=[{"type": "text", "text": text}] if text else [])
 
 
 #: OpenCode's `usage` in a prompt result.

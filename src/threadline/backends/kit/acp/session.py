@@ -12,14 +12,14 @@ import trio
 
 from ....channels import receive_ready_or_none
 from ....procs.group import processes_gone
-from ....protocol import CommandExecutionItem, FileChangeItem, TurnError
+from ....protocol import CommandExecutionItem, FileChangeItem, McpToolCallItem, TurnError
 from ... import base as b
 from ...registry import SPECS
 from ..api_errors import no_credentials
 from ..mcp import acp_servers
 from ..usage import UsageTotals
 from .host import AUTH_REQUIRED, AcpError, AcpHost, Prompt, error_info_for_code
-from .mapper import AcpTurnMapper, usage_from_prompt_result
+from .mapper import AcpTurnMapper, McpCall, usage_from_prompt_result
 
 __all__ = ["PROMPT_DONE", "AcpSession"]
 
@@ -174,6 +174,12 @@ class AcpSession(b.BackendSession):
         options = [o for o in params.get("options") or [] if isinstance(o, dict)]
         call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
         assert isinstance(call, dict)
+        if mapper.is_hidden(call):
+            # One of threadline's own tools: the client answers the call itself, unasked here.
+            once = next((o for o in options if o.get("kind") == "allow_once"), None)
+            if once is None:
+                return {"outcome": {"outcome": "cancelled"}}
+            return {"outcome": {"outcome": "selected", "optionId": once.get("optionId")}}
         # Flush pending text first, then announce the tool item (Gemini sends no tool_call
         # before asking).
         await self._drain_now(ctx, mapper)
@@ -192,6 +198,14 @@ class AcpSession(b.BackendSession):
         elif isinstance(item, FileChangeItem):
             request = b.ApprovalRequest(
                 kind="fileChange", item_id=item.id, reason=str(call.get("title") or "") or None
+            )
+        elif isinstance(item, McpToolCallItem):
+            request = b.ApprovalRequest(
+                kind="tool",
+                item_id=item.id,
+                tool=f"mcp__{item.server}__{item.tool}",
+                arguments=item.arguments,
+                reason=f"MCP server {item.server}: tool {item.tool}",
             )
         else:
             request = b.ApprovalRequest(
@@ -283,6 +297,12 @@ class AcpSession(b.BackendSession):
 
     async def configure(self) -> None:
         """Backend hook after the session exists (modes, model)."""
+
+    def mcp_call(self, call: dict[str, Any]) -> McpCall | None:
+        """Backend hook: the MCP server and tool an ACP tool call (a `tool_call`, its update or
+        a permission request's `toolCall`) calls, or None when it is not an MCP tool's call. The
+        mapper then shows an `mcpToolCall` item, or none for threadline's own tools."""
+        return None
 
     def prompt_content(self, turn: b.TurnInput) -> list[dict[str, Any]]:
         """Backend hook: the ACP content blocks of the turn's prompt (the role bootstrap, when
@@ -509,7 +529,10 @@ class AcpSession(b.BackendSession):
         if self.keeps_unfinished_prompts:
             await ctx.set_backend_session_id(self.session_id)
         mapper = AcpTurnMapper(
-            cwd=self.settings.cwd, backend_id=self.backend_id, new_id=ctx.new_item_id
+            cwd=self.settings.cwd,
+            backend_id=self.backend_id,
+            new_id=ctx.new_item_id,
+            mcp_call=self.mcp_call,
         )
         self._turn_ctx, self._mapper = ctx, mapper
         self._interrupted = trio.Event()
