@@ -14,7 +14,8 @@ import trio
 
 from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv
-from tests.fakes import anthropic, openai_responses
+from tests.e2e.gemini_env import GeminiEnv
+from tests.fakes import anthropic, gemini, openai_responses
 from tests.support.client import Message
 from tests.support.events import (
     agent_text,
@@ -95,3 +96,25 @@ async def test_codex(nursery: trio.Nursery, codex_env: CodexEnv, mode: str) -> N
         assert status(t) == "completed" and agent_text(events) == "Not found.", events
         check_call(events, {"q": "trio"}, "failed")
         assert "glossary offline" in json.dumps(env.fake.function_outputs(-1))
+
+
+@pytest.mark.parametrize("mode", ["acp", "headless"])
+async def test_gemini(nursery: trio.Nursery, gemini_env: GeminiEnv, mode: str) -> None:
+    env = gemini_env
+    call = gemini.FunctionCall("mcp_threadline_lookup", {"q": "trio"})
+    env.script(
+        gemini.Rule("look it up", [call, "Found it."]),
+        gemini.Rule("once more", [call, "Not found."]),
+    )
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(
+            srv, approvalPolicy="untrusted", config={"mode": mode}, dynamicTools=[LOOKUP]
+        )
+        t, events = await turn(srv, tid, "look it up", answering("trio: structured concurrency"))
+        assert status(t) == "completed" and agent_text(events) == "Found it.", events
+        check_call(events, {"q": "trio"}, "completed")
+        assert "trio: structured concurrency" in json.dumps(env.fake.function_responses(-1))
+        t, events = await turn(srv, tid, "once more", answering("glossary offline", success=False))
+        assert status(t) == "completed" and agent_text(events) == "Not found.", events
+        check_call(events, {"q": "trio"}, "failed")
+        assert "glossary offline" in json.dumps(env.fake.function_responses(-1))
