@@ -90,7 +90,71 @@ def _claude(base: Path) -> Iterator[Setup]:
         )
 
 
-SETUPS: dict[str, Callable[[Path], Any]] = {"claude": _claude}
+def _work(base: Path) -> Path:
+    work = base / "work"
+    work.mkdir()
+    return work
+
+
+@contextmanager
+def _codex(base: Path) -> Iterator[Setup]:
+    from tests.fakes.openai_responses import (
+        FakeResponses,
+        FunctionCall,
+        Rule,
+        codex_env,
+        codex_home,
+    )
+
+    codex = find_cli("codex")
+    with FakeResponses() as fake:
+        env = base_env(codex_env(codex_home(base, fake.url)))
+
+        def script(server: str) -> None:
+            def call(text: str) -> FunctionCall:
+                return FunctionCall("echo", {"text": text}, namespace=f"mcp__{server}")
+
+            calls = [call(f"call {i}") for i in range(CALLS)]
+            fake.set_script(Rule("warm up", [call("w"), "warm"]), Rule("go", [*calls, "done"]))
+
+        yield Setup(
+            env,
+            {"AGENT_BACKEND": "codex", "BACKEND_CLI_PATH": codex},
+            _work(base),
+            script,
+            lambda server: server,
+        )
+
+
+@contextmanager
+def _gemini(base: Path) -> Iterator[Setup]:
+    from tests.fakes.gemini import FakeGemini, FunctionCall, Rule, gemini_env, gemini_home
+
+    gemini = find_cli("gemini")
+    with FakeGemini() as fake:
+        env = base_env(gemini_env(gemini_home(base, fake.url), fake.url))
+
+        def script(name: str) -> None:
+            calls = [FunctionCall(name, {"text": f"call {i}"}) for i in range(CALLS)]
+            fake.set_script(
+                Rule("warm up", [FunctionCall(name, {"text": "w"}), "warm"]),
+                Rule("go", [*calls, "done"]),
+            )
+
+        yield Setup(
+            env,
+            {
+                "AGENT_BACKEND": "gemini",
+                "BACKEND_CLI_PATH": gemini,
+                "BACKEND_MODEL": "gemini-2.5-flash",
+            },
+            _work(base),
+            script,
+            lambda server: f"mcp_{server}_echo",
+        )
+
+
+SETUPS: dict[str, Callable[[Path], Any]] = {"claude": _claude, "codex": _codex, "gemini": _gemini}
 
 
 def _turn(tl: Threadline, thread_id: str, text: str) -> float:
