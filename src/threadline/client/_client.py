@@ -50,7 +50,7 @@ from ._messages import (
     decode_notification,
     decode_request_params,
 )
-from ._tools import Tool, answer_tool_call, specs
+from ._tools import Tool, answer_tool_call, handles, specs
 
 __all__ = [
     "ApprovalHandler",
@@ -348,7 +348,7 @@ class Client:
     async def _answer(self, incoming: Incoming) -> Any:
         assert incoming.id is not None
         params = decode_request_params(incoming.method, incoming.params)
-        if incoming.method == "item/tool/call":
+        if incoming.method == "item/tool/call" and handles(self.tools, params):
             return await answer_tool_call(self.tools, params)
         request = ServerRequest(incoming.id, incoming.method, params)
         thread_id = request.thread_id

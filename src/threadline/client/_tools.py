@@ -4,7 +4,8 @@ an async handler. `Client.start_thread(tools=[...])` offers them to the thread's
 
 A handler returns text, a list of output items (`ToolOutputText`, `ToolOutputImage`, ...), or
 a whole `DynamicToolCallResponse`. A handler that raises answers a failed call with the error's
-text, so the model reads what went wrong; an unknown tool is a failed call too.
+text, so the model reads what went wrong. A call of a tool the client registered no handler for
+goes to the request handlers (`on_request`, `approval_handler`) like any server request.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..protocol import (
     ToolOutputText,
 )
 
-__all__ = ["Tool", "ToolHandler", "ToolResult", "answer_tool_call", "tool"]
+__all__ = ["Tool", "ToolHandler", "ToolResult", "answer_tool_call", "handles", "tool"]
 
 log = logging.getLogger("threadline.client")
 
@@ -89,6 +90,11 @@ def _response(result: ToolResult) -> DynamicToolCallResponse:
 
 def _failed(text: str) -> DynamicToolCallResponse:
     return DynamicToolCallResponse(content_items=[ToolOutputText(text=text)], success=False)
+
+
+def handles(tools: dict[tuple[str | None, str], Tool], params: Any) -> bool:
+    """Whether one of `tools` answers this `item/tool/call` (else the request handlers do)."""
+    return isinstance(params, DynamicToolCallParams) and (params.namespace, params.tool) in tools
 
 
 async def answer_tool_call(
