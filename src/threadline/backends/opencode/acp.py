@@ -8,6 +8,7 @@ import logging
 import os
 import sqlite3
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +28,16 @@ from .api import (
     unreachable_error,
 )
 from .invocation import _env
+from .mcp import split_tool, unavailable_server
 
 log = logging.getLogger("threadline.backend.opencode")
 
 _TERMINAL = ("completed", "failed")
+
+#: MCP servers an `opencode acp` reported as not started: name → its words. OpenCode starts a
+#: session's servers for the whole directory, before it answers `session/new`, and its log
+#: line names no session: each session of the agent with a server of that name reports it.
+_UNAVAILABLE: weakref.WeakKeyDictionary[AcpHost, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def _merged(held: dict[str, Any] | None, update: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +152,7 @@ class OpenCodeAcpSession(AcpSession):
         self._failure: StreamFailure | None = None  # the turn's last failed connection attempt
         #: Why OpenCode has no model to use (it listed none: no provider has credentials).
         self._no_model: str | None = None
+        self._reported: set[str] = set()  # MCP servers whose failure to start was reported
 
     def created(self, result: dict[str, Any]) -> None:
         options = result.get("configOptions")
@@ -171,6 +179,7 @@ class OpenCodeAcpSession(AcpSession):
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self._no_model is not None:
             return b.TurnOutcome("failed", no_model(self._no_model))
+        await self._report_unavailable(ctx)
         # An interrupted turn may have ended before OpenCode answered its prompt: wait for
         # that answer before clearing what its updates left here.
         await self._await_previous_prompt()
@@ -188,6 +197,23 @@ class OpenCodeAcpSession(AcpSession):
         if outcome is not None and outcome.status == "failed" and self._prompt_error is not None:
             return b.TurnOutcome("failed", await self._provider_error(started_ms))
         return outcome
+
+    def mcp_tool(self, call: dict[str, Any]) -> tuple[str, str] | None:
+        """OpenCode's MCP tool calls: kind `other`, the tool's name `<server>_<tool>` as
+        title."""
+        title = call.get("title")
+        if call.get("kind") not in (None, "other") or not isinstance(title, str):
+            return None
+        return split_tool(title, self.settings.mcp_servers)
+
+    async def _report_unavailable(self, ctx: b.TurnContext) -> None:
+        """A warning for each of the thread's MCP servers OpenCode could not start."""
+        failed = _UNAVAILABLE.get(self.host, {})
+        for server in self.settings.mcp_servers:
+            why = failed.get(server.name)
+            if why is not None and server.name not in self._reported:
+                self._reported.add(server.name)
+                await ctx.emit(b.Warning(f"MCP server '{server.name}' did not start: {why}"))
 
     def turn_error(self, error: AcpError) -> p.TurnError:
         self._prompt_error = error  # made readable by run_turn (`_provider_error`)
@@ -333,7 +359,12 @@ class OpenCodeAcpSession(AcpSession):
 
 
 def _acp_stderr_line(host: AcpHost, line: str) -> None:
-    """An `opencode acp` log line: a failed connection attempt goes to its session."""
+    """An `opencode acp` log line: a failed connection attempt goes to its session; an MCP
+    server that did not start is noted for the agent's sessions."""
+    unavailable = unavailable_server(line)
+    if unavailable is not None:
+        name, why = unavailable
+        _UNAVAILABLE.setdefault(host, {})[name] = f"opencode: {why}"
     failure = stream_failure(line)
     session = host.sessions.get(failure.session_id) if failure is not None else None
     if failure is not None and isinstance(session, OpenCodeAcpSession):

@@ -11,6 +11,7 @@ from typing import Any
 from .... import protocol as p
 from ... import base as b
 from ..diff import file_diff
+from ..mcp import is_dynamic, mcp_item
 from ..plan import todo_steps
 from ..usage import UsageFields, read_usage
 
@@ -53,6 +54,10 @@ def _diff_changes(content: Any) -> list[p.FileUpdateChange]:
     return changes
 
 
+def _no_mcp(call: dict[str, Any]) -> tuple[str, str] | None:
+    return None
+
+
 @dataclass
 class AcpTurnMapper:
     """Per-turn state: turns the session/update stream into item events."""
@@ -74,6 +79,12 @@ class AcpTurnMapper:
     cancelled: bool = False
     #: True once the agent announced a tool call this turn (its model answer was complete).
     tool_seen: bool = False
+    #: The backend's session says which tool calls are MCP tool calls: (server, tool), or
+    #: None. Such a call is an `mcpToolCall` item, or no item at all for a tool of
+    #: `DYNAMIC_TOOLS_SERVER` (threadline's tool host reports those).
+    mcp_tool: Callable[[dict[str, Any]], tuple[str, str] | None] = _no_mcp
+    #: Ids of the calls of client-defined tools (no item).
+    hidden: set[str] = field(default_factory=set)
 
     def take(self) -> list[b.BackendEvent]:
         out, self.events = self.events, []
@@ -133,6 +144,18 @@ class AcpTurnMapper:
         # user_message_chunk (history replay), available_commands_update, usage_update,
         # config_option_update, current_mode_update: nothing for the client here.
 
+    def is_hidden(self, call: dict[str, Any]) -> bool:
+        """Whether the call is one of a client-defined tool (shown by threadline's tool host,
+        not here; it runs without asking)."""
+        call_id = str(call.get("toolCallId") or "")
+        if call_id in self.hidden:
+            return True
+        mcp = self.mcp_tool(call) if call_id not in self.tools else None
+        if mcp is not None and is_dynamic(mcp[0]):
+            self.hidden.add(call_id)
+            return True
+        return False
+
     def tool_item(self, call: dict[str, Any]) -> p.ThreadItem:
         """The item for an ACP tool call (from a tool_call or a permission request)."""
         call_id = str(call.get("toolCallId") or self.new_id())
@@ -140,6 +163,9 @@ class AcpTurnMapper:
         raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
         assert isinstance(raw, dict)
         title = str(call.get("title") or "")
+        mcp = self.mcp_tool(call)
+        if mcp is not None:
+            return mcp_item(call_id, *mcp, raw or None)
         if kind == "execute":
             command = str(raw.get("command") or title)
             cwd = str(raw.get("cwd") or raw.get("workdir") or raw.get("dir_path") or self.cwd)
@@ -198,6 +224,8 @@ class AcpTurnMapper:
             self.tools[item.id] = item
             self.events.append(b.ItemStarted(item))
         raw = call.get("rawInput")
+        if isinstance(item, p.McpToolCallItem) and isinstance(raw, dict) and raw:
+            item.arguments = raw  # (OpenCode's first sight has no arguments)
         if (
             isinstance(item, p.CommandExecutionItem)
             and isinstance(raw, dict)
@@ -210,6 +238,8 @@ class AcpTurnMapper:
     def _tool(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
         call_id = str(update.get("toolCallId") or "")
+        if self.is_hidden(update):
+            return
         item = self.start_tool(update)
         status = update.get("status")
         text = _content_text(update.get("content"))
@@ -254,11 +284,34 @@ class AcpTurnMapper:
             if changes:
                 item.changes = changes
             item.status = "declined" if declined else ("failed" if failed else "completed")
+        elif isinstance(item, p.McpToolCallItem):
+            self._complete_mcp(item, text, raw_out, failed=failed, declined=declined)
         elif isinstance(item, p.DynamicToolCallItem):
             item.status = "failed" if failed or declined else "completed"
             item.success = not (failed or declined)
             item.content_items = [p.ToolOutputText(text=text)] if text else []
         self.events.append(b.ItemCompleted(item))
+
+    def _complete_mcp(
+        self,
+        item: p.McpToolCallItem,
+        text: str,
+        raw_out: dict[str, Any],
+        *,
+        failed: bool,
+        declined: bool,
+    ) -> None:
+        """An MCP call's end: its result as MCP content (text), or its error."""
+        if declined:
+            item.status, item.error = "failed", p.McpToolCallError(message="declined by the user")
+        elif failed or self.cancelled:
+            error = raw_out.get("error")
+            message = error if isinstance(error, str) and error else text
+            item.status = "failed"
+            item.error = p.McpToolCallError(message=message or "the MCP tool call failed")
+        else:
+            content = [{"type": "text", "text": text}] if text else []
+            item.status, item.result = "completed", p.McpToolCallResult(content=content)
 
 
 #: OpenCode's `usage` in a prompt result.

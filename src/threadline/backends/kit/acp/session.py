@@ -12,7 +12,7 @@ import trio
 
 from ....channels import receive_ready_or_none
 from ....procs.group import processes_gone
-from ....protocol import CommandExecutionItem, FileChangeItem, TurnError
+from ....protocol import CommandExecutionItem, FileChangeItem, McpToolCallItem, TurnError
 from ... import base as b
 from ...registry import SPECS
 from ..api_errors import no_credentials
@@ -177,6 +177,11 @@ class AcpSession(b.BackendSession):
         # Flush pending text first, then announce the tool item (Gemini sends no tool_call
         # before asking).
         await self._drain_now(ctx, mapper)
+        if mapper.is_hidden(call):
+            # A client-defined tool: threadline's tool host asks the client itself.
+            allow = next((o for o in options if o.get("kind") == "allow_once"), None)
+            if allow is not None:
+                return {"outcome": {"outcome": "selected", "optionId": allow.get("optionId")}}
         mapper.close_text()  # the text before the tool is done (as a tool_call would close it)
         item = mapper.start_tool(call)
         await self._emit(ctx, mapper)
@@ -192,6 +197,14 @@ class AcpSession(b.BackendSession):
         elif isinstance(item, FileChangeItem):
             request = b.ApprovalRequest(
                 kind="fileChange", item_id=item.id, reason=str(call.get("title") or "") or None
+            )
+        elif isinstance(item, McpToolCallItem):
+            request = b.ApprovalRequest(
+                kind="tool",
+                item_id=item.id,
+                tool=item.tool,
+                arguments=item.arguments,
+                reason=f"MCP server {item.server}",
             )
         else:
             request = b.ApprovalRequest(
@@ -283,6 +296,12 @@ class AcpSession(b.BackendSession):
 
     async def configure(self) -> None:
         """Backend hook after the session exists (modes, model)."""
+
+    def mcp_tool(self, call: dict[str, Any]) -> tuple[str, str] | None:
+        """Backend hook: (server, tool) when the ACP tool call `call` (an update or a
+        permission request's `toolCall`) calls a tool of an MCP server, else None (how the
+        agent names MCP tools is its own)."""
+        return None
 
     def prompt_content(self, turn: b.TurnInput) -> list[dict[str, Any]]:
         """Backend hook: the ACP content blocks of the turn's prompt (the role bootstrap, when
@@ -509,7 +528,10 @@ class AcpSession(b.BackendSession):
         if self.keeps_unfinished_prompts:
             await ctx.set_backend_session_id(self.session_id)
         mapper = AcpTurnMapper(
-            cwd=self.settings.cwd, backend_id=self.backend_id, new_id=ctx.new_item_id
+            cwd=self.settings.cwd,
+            backend_id=self.backend_id,
+            new_id=ctx.new_item_id,
+            mcp_tool=self.mcp_tool,
         )
         self._turn_ctx, self._mapper = ctx, mapper
         self._interrupted = trio.Event()
