@@ -33,6 +33,14 @@ from tests.support.events import (
 
 pytestmark = pytest.mark.e2e
 
+_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "methods.json"
+#: The test client validates what threadline writes against schemas/: until they are
+#: regenerated with `item/tool/call` (the client-defined tools' request), those tests cannot run.
+NEEDS_TOOL_CALL_SCHEMA = pytest.mark.skipif(
+    '"item/tool/call"' not in _SCHEMAS.read_text(),
+    reason="schemas/ predates item/tool/call: run `threadline schema --out schemas`",
+)
+
 MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 TOOL_APPROVAL = "item/tool/requestApproval"
 RUN = {"mode": "run"}
@@ -255,3 +263,34 @@ async def test_mcp_secret_by_reference(
             for line in path.read_text(errors="replace").splitlines():
                 if SECRET in line:  # only as what the tool answered
                     assert '"type":"mcpToolCall"' in line, (path, line)
+
+
+# -- client-defined tools --------------------------------------------------------------------------
+
+
+@NEEDS_TOOL_CALL_SCHEMA
+@pytest.mark.parametrize("mode", ["acp", "run"])
+async def test_dynamic_tool_runs_unasked_without_an_item_of_opencode(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv, mode: str
+) -> None:
+    """A client-defined tool reaches OpenCode as a tool of the MCP server "threadline": under
+    untrusted it runs without an approval request (the client answers the call itself) and
+    OpenCode's report of it makes no item (threadline's tool host makes the dynamicToolCall)."""
+    env = opencode_env
+    env.script(Rule("look it up", [ToolCall("threadline_lookup", {"q": "x"}), "Looked."]))
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    tool = {"name": "lookup", "description": "Look a thing up.", "inputSchema": schema}
+    answer = {"contentItems": [{"type": "inputText", "text": "found: x"}], "success": True}
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(
+            srv, approvalPolicy="untrusted", dynamicTools=[tool], config={"mode": mode}
+        )
+        on_request = answer_by_method({"item/tool/call": lambda _m: answer})
+        t, events = await turn(srv, tid, "look it up", on_request)
+        assert t["status"] == "completed", t
+        assert [r["method"] for r in requests_in(events)] == ["item/tool/call"]
+        assert [i["type"] for i in items_started(events) if "ool" in i["type"]] == [
+            "dynamicToolCall"
+        ]
+        assert [r["content"] for r in env.fake.tool_results(-1)] == ["found: x"]
+        assert agent_text(events) == "Looked."

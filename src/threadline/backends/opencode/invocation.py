@@ -67,7 +67,7 @@ def _env(settings: b.SessionSettings, *, with_mcp: bool = False) -> dict[str, st
         if settings.model and settings.model != "default":
             content["model"] = settings.model
         if servers:
-            mcp = content.get("mcp") if isinstance(content.get("mcp"), dict) else {}
-            content["mcp"] = {**mcp, **servers}
+            mcp = content.get("mcp")
+            content["mcp"] = {**(mcp if isinstance(mcp, dict) else {}), **servers}
         env["OPENCODE_CONFIG_CONTENT"] = json.dumps(content)
     return env

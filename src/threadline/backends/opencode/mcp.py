@@ -62,9 +62,9 @@ def split_tool(name: str, servers: list[McpServer]) -> tuple[str, str] | None:
     best: tuple[str, str] | None = None
     for server in servers:
         prefix = sanitized(server.name) + "_"
-        if name.startswith(prefix) and len(name) > len(prefix):
-            if best is None or len(server.name) > len(best[0]):
-                best = (server.name, name[len(prefix) :])
+        fits = name.startswith(prefix) and len(name) > len(prefix)
+        if fits and (best is None or len(server.name) > len(best[0])):
+            best = (server.name, name[len(prefix) :])
     return best
 
 

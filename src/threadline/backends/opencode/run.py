@@ -269,8 +269,8 @@ def _run_tool(
         if is_dynamic(mcp[0]):
             return None
         if ok:
-            content = [{"type": "text", "text": text}] if text else []
-            return mcp_item(call_id, *mcp, args, status="completed", content=content)
+            blocks = [{"type": "text", "text": text}] if text else []
+            return mcp_item(call_id, *mcp, args, status="completed", content=blocks)
         return mcp_item(call_id, *mcp, args, error=_mcp_error(error, rejected))
     return p.DynamicToolCallItem(
         id=call_id,
