@@ -143,6 +143,8 @@ async def test_acp_mcp_asks_first(
         assert ask["method"] == TOOL_APPROVAL, ask
         started, item = one_mcp_item(events)
         assert ask["params"]["itemId"] == started["id"] and ask["params"]["tool"] == "echo"
+        # (OpenCode asks with no arguments: threadline finds them in OpenCode's database)
+        assert ask["params"]["arguments"] == {"text": "hi"}, ask
         # announced before the request
         assert events.index(ask) > next(
             i for i, e in enumerate(events) if e.get("params", {}).get("item") == started

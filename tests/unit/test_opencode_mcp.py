@@ -236,3 +236,9 @@ async def test_acp_dynamic_tool_runs_unasked_other_mcp_tools_ask(tmp_path: Path)
     item = completed.item
     assert isinstance(item, McpToolCallItem) and item.status == "failed"
     assert item.error is not None and "declined" in item.error.message
+
+
+def test_accept_for_session_is_once_for_opencode() -> None:
+    """OpenCode's "always" covers every call of an MCP tool, in every thread of the shared
+    `opencode acp`: the approval router remembers the thread's grant instead."""
+    assert OpenCodeAcpSession.permission_kinds["acceptForSession"] == "allow_once"

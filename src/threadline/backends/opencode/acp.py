@@ -122,6 +122,35 @@ def _stored_error(
     return None
 
 
+def _stored_input(db: str, session_id: str, call_id: str) -> dict[str, Any] | None:
+    """The input of the session's tool call `call_id` from OpenCode's database (schema of
+    1.18: `part(session_id, time_created, data)`, `data = {type: "tool", callID, state:
+    {input}}`); None if not found (best effort, read-only)."""
+    if not os.path.isfile(db):
+        return None
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
+        ) as conn:
+            rows = conn.execute(
+                "SELECT data FROM part WHERE session_id = ? ORDER BY time_created DESC LIMIT 20",
+                (session_id,),
+            ).fetchall()
+    except sqlite3.Error as exc:
+        log.debug("reading opencode's database %s failed: %s", db, exc)
+        return None
+    for (raw,) in rows:
+        try:
+            part = json.loads(raw)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(part, dict) and part.get("callID") == call_id:
+            state = part.get("state")
+            found = state.get("input") if isinstance(state, dict) else None
+            return found if isinstance(found, dict) and found else None
+    return None
+
+
 class OpenCodeAcpSession(AcpSession):
     """An ACP session with OpenCode's tool-call updates normalized before the shared mapper
     sees them (measured on opencode 1.18.33):
@@ -139,7 +168,13 @@ class OpenCodeAcpSession(AcpSession):
       `metadata.exists`.
     - After a rejected permission OpenCode still sends the tool's `failed` update; the shared
       mapper already completed the item as declined and would start it a second time.
+    - "Always allow" grants more than the user approved, and beyond the thread: the request's
+      `always` patterns (`echo *` for a command, `*` for an MCP tool: every call of it) for
+      the whole `opencode acp` process, which other threads share. acceptForSession answers
+      "once" and the approval router remembers the exact grant for the thread.
     """
+
+    permission_kinds = {**AcpSession.permission_kinds, "acceptForSession": "allow_once"}
 
     def __init__(self, host: AcpHost, settings: b.SessionSettings) -> None:
         super().__init__(host, settings, "opencode")
@@ -205,6 +240,16 @@ class OpenCodeAcpSession(AcpSession):
         if call.get("kind") not in (None, "other") or not isinstance(title, str):
             return None
         return split_tool(title, self.settings.mcp_servers)
+
+    async def _with_stored_input(self, call: dict[str, Any]) -> dict[str, Any]:
+        """OpenCode asks for an MCP tool call with no arguments (`rawInput: {}`); its tool part,
+        already `running`, has them in its database: the client is shown what it approves."""
+        if not self.session_id:
+            return call
+        db = _database_path(_env(self.settings))
+        call_id = str(call.get("toolCallId") or "")
+        found = await trio.to_thread.run_sync(_stored_input, db, self.session_id, call_id)
+        return {**call, "rawInput": found} if found else call
 
     async def _report_unavailable(self, ctx: b.TurnContext) -> None:
         """A warning for each of the thread's MCP servers OpenCode could not start."""
@@ -293,6 +338,9 @@ class OpenCodeAcpSession(AcpSession):
             call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
             assert isinstance(call, dict)
             call_id = str(call.get("toolCallId") or "")
+            if not call.get("rawInput") and self.mcp_tool(call) is not None:
+                call = await self._with_stored_input(call)
+                params = {**params, "toolCall": call}
             if isinstance(call.get("kind"), str):
                 self._kinds.setdefault(call_id, call["kind"])
             if self._kinds.get(call_id) == "edit":
