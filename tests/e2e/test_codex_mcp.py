@@ -117,7 +117,7 @@ async def test_mcp_call_asks_first(
         assert ask["method"] == "item/tool/requestApproval"
         [started] = items_started(events, "mcpToolCall")
         params = ask["params"]
-        assert params["itemId"] == started["id"] and params["tool"] == "echo"
+        assert params["itemId"] == started["id"] and params["tool"] == "mcp__srv__echo"
         assert params["arguments"] == {"text": "ask me"}
         # announced, asked, then done
         order = [

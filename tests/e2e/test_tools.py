@@ -297,7 +297,7 @@ async def test_mcp_server_call_asks_first(
         done, events = await srv.run_turn(tid, prompt)  # (the client declines)
         assert done["params"]["turn"]["status"] == "completed", events
         asked = [e for e in events if e.get("method") == "item/tool/requestApproval"]
-        assert len(asked) == 1 and asked[0]["params"]["tool"] == "srv/echo", events
+        assert len(asked) == 1 and asked[0]["params"]["tool"] == "mcp__srv__echo", events
         assert not log.exists(), "the declined tool ran"
         (item,) = items(events, "mcpToolCall")
         assert item["status"] == "failed" and item["server"] == "srv" and item["tool"] == "echo"

@@ -184,7 +184,7 @@ async def test_an_mcp_call_asks_for_its_item(decision: b.ApprovalDecision, actio
     assert [type(e) for e in ctx.events] == [b.ItemStarted]
     assert await session._elicitation(elicitation("srv"), ctx) == {"action": action}
     [asked] = ctx.asked
-    assert (asked.kind, asked.item_id, asked.tool) == ("tool", "call_srv", "echo")
+    assert (asked.kind, asked.item_id, asked.tool) == ("tool", "call_srv", "mcp__srv__echo")
     assert asked.arguments == {"text": "hi"}
     # an elicitation without an announced item, or not about a tool call: declined unasked
     assert await session._elicitation(elicitation("srv"), ctx) == {"action": "decline"}

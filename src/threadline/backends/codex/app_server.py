@@ -15,7 +15,7 @@ from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, Resp
 from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
-from ..kit.mcp import is_dynamic
+from ..kit.mcp import approval_name, is_dynamic
 from ..kit.spawn import LiveCliSession
 from .api import api_failure, provider_url, retry_status
 from .invocation import (
@@ -565,7 +565,7 @@ class CodexAppServerSession(LiveCliSession):
             b.ApprovalRequest(
                 kind="tool",
                 item_id=item_id,
-                tool=tool,
+                tool=approval_name(server, tool),
                 arguments=meta.get("tool_params"),
                 reason=str(params.get("message") or "") or None,
             )

@@ -5,7 +5,8 @@
   tool host reports it (a `dynamicToolCall` item) and the client answers it, so the backend
   shows no item of its own for it (`is_dynamic`) and lets it run without asking.
 - A call to any other server's tool is an `mcpToolCall` item (`mcp_item`); unless the thread's
-  approval policy is `never`, it asks first (`ApprovalRequest(kind="tool")`).
+  approval policy is `never`, it asks first (`ApprovalRequest(kind="tool")`, the tool named
+  `approval_name(server, tool)` on every backend, so rules and `acceptForSession` read alike).
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from typing import Any
 from ...agent_tools.servers import DYNAMIC_TOOLS_SERVER, McpHttpServer, McpServer, McpStdioServer
 from ...protocol import McpToolCallError, McpToolCallItem, McpToolCallResult, ToolCallStatus
 
-__all__ = ["DYNAMIC_TOOLS_SERVER", "acp_servers", "is_dynamic", "mcp_item"]
+__all__ = ["DYNAMIC_TOOLS_SERVER", "acp_servers", "approval_name", "is_dynamic", "mcp_item"]
 
 
 def is_dynamic(server: str | None) -> bool:
     """Whether `server` is threadline's server of the thread's client-defined tools."""
     return server == DYNAMIC_TOOLS_SERVER
+
+
+def approval_name(server: str, tool: str) -> str:
+    """How an approval request names an MCP tool: `mcp__<server>__<tool>` (unique across the
+    thread's servers)."""
+    return f"mcp__{server}__{tool}"
 
 
 def acp_servers(servers: list[McpServer]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any
 from ...agent_tools.sdk import load_mcp
 from ...agent_tools.servers import McpStdioServer
 from .. import base as b
-from ..kit.mcp import is_dynamic, mcp_item
+from ..kit.mcp import approval_name, is_dynamic, mcp_item
 
 __all__ = ["call_mcp_tool"]
 
@@ -65,7 +65,9 @@ async def call_mcp_tool(
     item = mcp_item(ctx.new_item_id(), name, tool, args)
     await ctx.emit(b.ItemStarted(item))
     decision = await ctx.request_approval(
-        b.ApprovalRequest(kind="tool", item_id=item.id, tool=f"{name}/{tool}", arguments=args)
+        b.ApprovalRequest(
+            kind="tool", item_id=item.id, tool=approval_name(name, tool), arguments=args
+        )
     )
     if decision not in ("accept", "acceptForSession"):
         await ctx.emit(b.ItemCompleted(mcp_item(item.id, name, tool, args, error="declined")))

@@ -8,6 +8,7 @@ import logging
 import os
 import sqlite3
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,14 @@ import trio
 
 from ... import protocol as p
 from .. import base as b
-from ..kit.acp import AcpError, AcpHost, AcpSession, AcpTurnMapper, error_info_for_code
+from ..kit.acp import (
+    AcpError,
+    AcpHost,
+    AcpSession,
+    AcpTurnMapper,
+    McpCall,
+    error_info_for_code,
+)
 from ..kit.acp.session import PROMPT_DONE
 from ..kit.api_errors import ConnectionWatch
 from .api import (
@@ -27,10 +35,16 @@ from .api import (
     unreachable_error,
 )
 from .invocation import _env
+from .mcp import split_tool, unavailable_server
 
 log = logging.getLogger("threadline.backend.opencode")
 
 _TERMINAL = ("completed", "failed")
+
+#: MCP servers an `opencode acp` reported as not started: name → its words. OpenCode starts a
+#: session's servers for the whole directory, before it answers `session/new`, and its log
+#: line names no session: each session of the agent with a server of that name reports it.
+_UNAVAILABLE: weakref.WeakKeyDictionary[AcpHost, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def _merged(held: dict[str, Any] | None, update: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +129,35 @@ def _stored_error(
     return None
 
 
+def _stored_input(db: str, session_id: str, call_id: str) -> dict[str, Any] | None:
+    """The input of the session's tool call `call_id` from OpenCode's database (schema of
+    1.18: `part(session_id, time_created, data)`, `data = {type: "tool", callID, state:
+    {input}}`); None if not found (best effort, read-only)."""
+    if not os.path.isfile(db):
+        return None
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
+        ) as conn:
+            rows = conn.execute(
+                "SELECT data FROM part WHERE session_id = ? ORDER BY time_created DESC LIMIT 20",
+                (session_id,),
+            ).fetchall()
+    except sqlite3.Error as exc:
+        log.debug("reading opencode's database %s failed: %s", db, exc)
+        return None
+    for (raw,) in rows:
+        try:
+            part = json.loads(raw)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(part, dict) and part.get("callID") == call_id:
+            state = part.get("state")
+            found = state.get("input") if isinstance(state, dict) else None
+            return found if isinstance(found, dict) and found else None
+    return None
+
+
 class OpenCodeAcpSession(AcpSession):
     """An ACP session with OpenCode's tool-call updates normalized before the shared mapper
     sees them (measured on opencode 1.18.33):
@@ -132,7 +175,13 @@ class OpenCodeAcpSession(AcpSession):
       `metadata.exists`.
     - After a rejected permission OpenCode still sends the tool's `failed` update; the shared
       mapper already completed the item as declined and would start it a second time.
+    - "Always allow" grants more than the user approved, and beyond the thread: the request's
+      `always` patterns (`echo *` for a command, `*` for an MCP tool: every call of it) for
+      the whole `opencode acp` process, which other threads share. acceptForSession answers
+      "once" and the approval router remembers the exact grant for the thread.
     """
+
+    permission_kinds = {**AcpSession.permission_kinds, "acceptForSession": "allow_once"}
 
     def __init__(self, host: AcpHost, settings: b.SessionSettings) -> None:
         super().__init__(host, settings, "opencode")
@@ -145,6 +194,7 @@ class OpenCodeAcpSession(AcpSession):
         self._failure: StreamFailure | None = None  # the turn's last failed connection attempt
         #: Why OpenCode has no model to use (it listed none: no provider has credentials).
         self._no_model: str | None = None
+        self._reported: set[str] = set()  # MCP servers whose failure to start was reported
 
     def created(self, result: dict[str, Any]) -> None:
         options = result.get("configOptions")
@@ -171,6 +221,7 @@ class OpenCodeAcpSession(AcpSession):
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if self._no_model is not None:
             return b.TurnOutcome("failed", no_model(self._no_model))
+        await self._report_unavailable(ctx)
         # An interrupted turn may have ended before OpenCode answered its prompt: wait for
         # that answer before clearing what its updates left here.
         await self._await_previous_prompt()
@@ -188,6 +239,34 @@ class OpenCodeAcpSession(AcpSession):
         if outcome is not None and outcome.status == "failed" and self._prompt_error is not None:
             return b.TurnOutcome("failed", await self._provider_error(started_ms))
         return outcome
+
+    def mcp_call(self, call: dict[str, Any]) -> McpCall | None:
+        """OpenCode's MCP tool calls: kind `other`, the tool's name `<server>_<tool>` as
+        title."""
+        title = call.get("title")
+        if call.get("kind") not in (None, "other") or not isinstance(title, str):
+            return None
+        found = split_tool(title, self.settings.mcp_servers)
+        return McpCall(*found) if found is not None else None
+
+    async def _with_stored_input(self, call: dict[str, Any]) -> dict[str, Any]:
+        """OpenCode asks for an MCP tool call with no arguments (`rawInput: {}`); its tool part,
+        already `running`, has them in its database: the client is shown what it approves."""
+        if not self.session_id:
+            return call
+        db = _database_path(_env(self.settings))
+        call_id = str(call.get("toolCallId") or "")
+        found = await trio.to_thread.run_sync(_stored_input, db, self.session_id, call_id)
+        return {**call, "rawInput": found} if found else call
+
+    async def _report_unavailable(self, ctx: b.TurnContext) -> None:
+        """A warning for each of the thread's MCP servers OpenCode could not start."""
+        failed = _UNAVAILABLE.get(self.host, {})
+        for server in self.settings.mcp_servers:
+            why = failed.get(server.name)
+            if why is not None and server.name not in self._reported:
+                self._reported.add(server.name)
+                await ctx.emit(b.Warning(f"MCP server '{server.name}' did not start: {why}"))
 
     def turn_error(self, error: AcpError) -> p.TurnError:
         self._prompt_error = error  # made readable by run_turn (`_provider_error`)
@@ -267,6 +346,9 @@ class OpenCodeAcpSession(AcpSession):
             call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
             assert isinstance(call, dict)
             call_id = str(call.get("toolCallId") or "")
+            if not call.get("rawInput") and self.mcp_call(call) is not None:
+                call = await self._with_stored_input(call)
+                params = {**params, "toolCall": call}
             if isinstance(call.get("kind"), str):
                 self._kinds.setdefault(call_id, call["kind"])
             if self._kinds.get(call_id) == "edit":
@@ -333,7 +415,12 @@ class OpenCodeAcpSession(AcpSession):
 
 
 def _acp_stderr_line(host: AcpHost, line: str) -> None:
-    """An `opencode acp` log line: a failed connection attempt goes to its session."""
+    """An `opencode acp` log line: a failed connection attempt goes to its session; an MCP
+    server that did not start is noted for the agent's sessions."""
+    unavailable = unavailable_server(line)
+    if unavailable is not None:
+        name, why = unavailable
+        _UNAVAILABLE.setdefault(host, {})[name] = f"opencode: {why}"
     failure = stream_failure(line)
     session = host.sessions.get(failure.session_id) if failure is not None else None
     if failure is not None and isinstance(session, OpenCodeAcpSession):

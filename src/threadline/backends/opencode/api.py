@@ -40,8 +40,9 @@ __all__ = [
     "unreachable_error",
 ]
 
-#: Its errors on stderr (and nothing else: stderr also ends up in failure messages).
-LOG_FLAGS = ("--print-logs", "--log-level", "ERROR")
+#: Its errors and warnings on stderr (stderr also ends up in failure messages; the warnings
+#: say which MCP server did not start).
+LOG_FLAGS = ("--print-logs", "--log-level", "WARN")
 #: What to check when the API cannot be reached.
 CHECK = "the provider's baseURL in OpenCode's config"
 #: Base URLs of providers OpenCode ships ("opencode" is the default of a fresh install).

@@ -24,6 +24,7 @@ from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import OpenCodeAcpSession, _acp_stderr_line
 from .api import LOG_FLAGS
 from .invocation import _env
+from .mcp import servers_key
 from .run import OpenCodeRunSession
 from .spec import SPEC
 
@@ -43,8 +44,10 @@ class OpenCodeBackend(PooledAcpBackend):
 
     def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
         env = _env(settings)
-        # Threads with other permissions or config need an agent of their own.
+        # Threads with other permissions or config need an agent of their own; so do threads
+        # with other MCP servers (OpenCode adds a session's servers to its whole directory).
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")
+        key += servers_key(settings.mcp_servers)
         return AcpAgent([binary, "acp", "--cwd", settings.cwd, *LOG_FLAGS], env, key)
 
     def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:

@@ -11,6 +11,7 @@ from ...procs.group import exit_status
 from .. import base as b
 from ..kit.acp import error_info_for_code
 from ..kit.api_errors import ConnectionWatch
+from ..kit.mcp import is_dynamic, mcp_item
 from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from ..kit.plan import todo_steps
 from ..kit.usage import UsageFields, UsageTotals, add_usage, read_usage
@@ -25,6 +26,7 @@ from .api import (
     unreachable_error,
 )
 from .invocation import _env
+from .mcp import split_tool, unavailable_server
 
 __all__ = ["OpenCodeRunSession"]
 
@@ -51,7 +53,7 @@ class OpenCodeRunSession(PerTurnCliSession):
         return argv
 
     def process_env(self) -> dict[str, str]:
-        return _env(self.settings)
+        return _env(self.settings, with_mcp=True)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         try:
@@ -77,8 +79,10 @@ class OpenCodeRunSession(PerTurnCliSession):
                 with run.scope:
                     while (event := await proc.read_json_object()) is not None:
                         run.watch.progress()
+                        await run.emit_warnings(ctx)
                         await self._event(event, run, ctx)
                 nursery.cancel_scope.cancel()
+            await run.emit_warnings(ctx)
             if run.gave_up is not None:
                 return b.TurnOutcome("failed", run.gave_up)  # (stops the CLI)
             code = await proc.wait()
@@ -119,10 +123,14 @@ class OpenCodeRunSession(PerTurnCliSession):
             reasoning = p.ReasoningItem(id=item_id, summary=[text] if text else [])
             await ctx.emit(b.ItemCompleted(reasoning))
         elif etype == "tool_use":
-            mapped = _run_tool(part, self.settings.cwd)
+            mapped = _run_tool(part, self.settings)
             if isinstance(mapped, list):
                 await ctx.emit(b.PlanUpdated(mapped))
-            else:
+            elif mapped is not None:
+                if isinstance(mapped, p.McpToolCallItem):
+                    # (Reported once done: a client still sees the call start, then end.)
+                    start = mcp_item(mapped.id, mapped.server, mapped.tool, mapped.arguments)
+                    await ctx.emit(b.ItemStarted(start))
                 await ctx.emit(b.ItemCompleted(mapped))
         elif etype == "step_finish":
             step = _step_usage(part.get("tokens"))
@@ -147,9 +155,14 @@ class _RunState:
         self.gave_up: p.TurnError | None = None
         self.failure: StreamFailure | None = None
         self.missing_model: str | None = None
+        self.warnings: list[str] = []  # not yet emitted
 
     def stderr_line(self, line: str) -> None:
         self.missing_model = model_not_found(line) or self.missing_model
+        unavailable = unavailable_server(line)
+        if unavailable is not None:
+            name, why = unavailable
+            self.warnings.append(f"MCP server '{name}' did not start: opencode: {why}")
         failure = stream_failure(line)
         if failure is None or self.gave_up is not None:
             return
@@ -157,6 +170,10 @@ class _RunState:
         self.gave_up = give_up_error(failure, self.watch, self.env, self.cwd)
         if self.gave_up is not None:
             self.scope.cancel()
+
+    async def emit_warnings(self, ctx: b.TurnContext) -> None:
+        while self.warnings:
+            await ctx.emit(b.Warning(self.warnings.pop(0)))
 
     async def expire(self) -> None:
         """Ends the turn at the watch's budget when the CLI's next attempt comes late."""
@@ -199,9 +216,13 @@ def _step_usage(tokens: Any) -> p.TokenUsageBreakdown | None:
     return read_usage(tokens, _STEP_USAGE)
 
 
-def _run_tool(part: dict[str, Any], cwd: str) -> p.ThreadItem | list[p.TurnPlanStep]:
-    """A finished `tool_use` part → a completed item (run mode reports tools only at the end)."""
+def _run_tool(
+    part: dict[str, Any], settings: b.SessionSettings
+) -> p.ThreadItem | list[p.TurnPlanStep] | None:
+    """A finished `tool_use` part → a completed item (run mode reports tools only at the end);
+    None for a client-defined tool (threadline's tool host reports those)."""
     tool = str(part.get("tool") or "tool")
+    cwd = settings.cwd
     call_id = str(part.get("callID") or part.get("id") or tool)
     state = part.get("state") if isinstance(part.get("state"), dict) else {}
     assert isinstance(state, dict)
@@ -243,6 +264,14 @@ def _run_tool(part: dict[str, Any], cwd: str) -> p.ThreadItem | list[p.TurnPlanS
         return todo_steps(args.get("todos"))
     output = state.get("output")
     text = str(output) if output is not None else error
+    mcp = split_tool(tool, settings.mcp_servers)
+    if mcp is not None:
+        if is_dynamic(mcp[0]):
+            return None
+        if ok:
+            blocks = [{"type": "text", "text": text}] if text else []
+            return mcp_item(call_id, *mcp, args, status="completed", content=blocks)
+        return mcp_item(call_id, *mcp, args, error=_mcp_error(error, rejected))
     return p.DynamicToolCallItem(
         id=call_id,
         tool=tool,
@@ -252,3 +281,9 @@ def _run_tool(part: dict[str, Any], cwd: str) -> p.ThreadItem | list[p.TurnPlanS
         success=ok,
         content_items=[p.ToolOutputText(text=text)] if text else [],
     )
+
+
+def _mcp_error(error: str, rejected: bool) -> str:
+    if rejected:
+        return f"declined: {error}"
+    return error or "the MCP tool failed"

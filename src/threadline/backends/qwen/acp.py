@@ -18,23 +18,67 @@
 - A failed prompt is -32603 "Internal error" with qwen's words in `data.details`
   (`invocation.prompt_failure` makes them say what to do); the API retries qwen keeps quiet
   about are followed in its session record (`api_records`).
+- MCP servers come with `session/new` / `session/load`. qwen names an MCP tool
+  `mcp__<server>__<tool>` and says so in each tool update's `_meta` (`toolName`, `serverId`,
+  `provenance: "mcp"`; a permission request's `toolCall._meta` has `toolName` only). In mode
+  `default` it asks before an MCP tool call. It starts the servers after answering
+  `session/new` (a call before they are up fails "Tool ... not found in registry") and offers
+  their tools through its `tool_search` tool, not in the model's tool list. A server that does
+  not start is a line on stderr, "Warning: MCP server(s) failed to start: a, b. ...", naming
+  no session: each session of the agent with a server of that name reports it (a warning at
+  its next turn).
 - `craft/drainMidTurnQueue` requests (messages a client queued mid-turn) are refused as not
   implemented, which qwen takes as "unsupported" and stops asking.
 """
 
 from __future__ import annotations
 
+import re
+import weakref
 from typing import Any
 
 from ...protocol import TokenUsageBreakdown, TurnError
 from .. import base as b
-from ..kit.acp import AcpError, AcpHost, AcpSession, AcpTurnMapper, usage_from_prompt_result
+from ..kit.acp import (
+    AcpError,
+    AcpHost,
+    AcpSession,
+    AcpTurnMapper,
+    McpCall,
+    usage_from_prompt_result,
+)
+from ..kit.mcp import DYNAMIC_TOOLS_SERVER
 from ..kit.usage import add_usage
 from .api_records import watch_api_records
 from .invocation import prompt_failure
 from .spec import SPEC
 
-__all__ = ["QwenAcpSession"]
+__all__ = ["QwenAcpSession", "acp_stderr_line", "split_mcp_tool"]
+
+_MCP_FAILED = re.compile(r"MCP server\(s\) failed to start: (.*?)\. ")
+#: MCP servers a `qwen --acp` reported as not started (see the module docstring).
+_UNAVAILABLE: weakref.WeakKeyDictionary[AcpHost, set[str]] = weakref.WeakKeyDictionary()
+
+
+def acp_stderr_line(host: AcpHost, line: str) -> None:
+    """A `qwen --acp` stderr line: MCP servers that did not start are noted for its sessions."""
+    found = _MCP_FAILED.search(line + " ")
+    if found is not None:
+        names = {n.strip() for n in found.group(1).split(",") if n.strip()}
+        _UNAVAILABLE.setdefault(host, set()).update(names)
+
+
+def split_mcp_tool(name: str, server_id: Any, known: list[str]) -> tuple[str, str] | None:
+    """(server, tool) of qwen's `mcp__<server>__<tool>`: a server of the thread's (the longest
+    name that fits), else the `serverId` qwen gave; None for any other tool."""
+    candidates = sorted(known, key=len, reverse=True)
+    if isinstance(server_id, str) and server_id:
+        candidates.append(server_id)
+    for server in candidates:
+        prefix = f"mcp__{server}__"
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return server, name[len(prefix) :]
+    return None
 
 
 class QwenAcpSession(AcpSession):
@@ -44,6 +88,7 @@ class QwenAcpSession(AcpSession):
         super().__init__(host, settings, SPEC.id)
         self._preparing: dict[str, dict[str, Any]] = {}  # call id → its first announcement
         self._turn_usage: TokenUsageBreakdown | None = None
+        self._reported: set[str] = set()  # MCP servers whose failure to start was reported
 
     async def configure(self) -> None:
         mode = "yolo" if self.settings.approval_policy == "never" else "default"
@@ -54,6 +99,12 @@ class QwenAcpSession(AcpSession):
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self._preparing.clear()
         self._turn_usage = None
+        failed = _UNAVAILABLE.get(self.host, set())
+        for server in self.settings.mcp_servers:
+            if server.name in failed and server.name not in self._reported:
+                self._reported.add(server.name)
+                message = f"MCP server '{server.name}' did not start: qwen: failed to start"
+                await ctx.emit(b.Warning(message))
         outcome = await super().run_turn(turn, ctx)
         if self._turn_usage is not None:
             await ctx.emit(b.TokenUsageUpdated(self._usage.add(self._turn_usage)))
@@ -102,6 +153,16 @@ class QwenAcpSession(AcpSession):
         if isinstance(out, dict) and isinstance(out.get("exitCode"), int):
             update = {**update, "rawOutput": {**out, "metadata": {"exit": out["exitCode"]}}}
         return update
+
+    def mcp_call(self, call: dict[str, Any]) -> McpCall | None:
+        meta = call.get("_meta")
+        name = meta.get("toolName") if isinstance(meta, dict) else None
+        if not isinstance(name, str):
+            return None
+        known = [s.name for s in self.settings.mcp_servers]
+        assert isinstance(meta, dict)
+        found = split_mcp_tool(name, meta.get("serverId"), [*known, DYNAMIC_TOOLS_SERVER])
+        return McpCall(*found) if found is not None else None
 
     def holds_tool_calls(self) -> bool:
         return bool(self._preparing)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
-from .acp import QwenAcpSession
+from .acp import QwenAcpSession, acp_stderr_line
 from .invocation import acp_argv
 from .spec import SPEC
 
@@ -17,7 +17,7 @@ __all__ = ["QwenBackend", "create"]
 
 class QwenBackend(PooledAcpBackend):
     def __init__(self) -> None:
-        super().__init__(SPEC, AcpPool("qwen --acp"))
+        super().__init__(SPEC, AcpPool("qwen --acp", acp_stderr_line))
 
     def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
         return AcpAgent(acp_argv(binary, settings), dict(settings.env))

@@ -169,12 +169,13 @@ class AcpTurnMapper:
     def tool_item(self, call: dict[str, Any]) -> p.ThreadItem:
         """The item for an ACP tool call (from a tool_call or a permission request)."""
         call_id = str(call.get("toolCallId") or self.new_id())
-        mcp = self.mcp_call(call)
-        if mcp is not None:
-            return mcp_item(call_id, mcp.server, mcp.tool, mcp.arguments)
         kind = call.get("kind")
         raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
         assert isinstance(raw, dict)
+        mcp = self.mcp_call(call)
+        if mcp is not None:
+            arguments = mcp.arguments if mcp.arguments is not None else (raw or None)
+            return mcp_item(call_id, mcp.server, mcp.tool, arguments)
         title = str(call.get("title") or "")
         if kind == "execute":
             command = str(raw.get("command") or title)
@@ -234,6 +235,8 @@ class AcpTurnMapper:
             self.tools[item.id] = item
             self.events.append(b.ItemStarted(item))
         raw = call.get("rawInput")
+        if isinstance(item, p.McpToolCallItem) and isinstance(raw, dict) and raw:
+            item.arguments = raw  # (OpenCode's first sight has no arguments)
         if (
             isinstance(item, p.CommandExecutionItem)
             and isinstance(raw, dict)
@@ -297,17 +300,21 @@ class AcpTurnMapper:
             item.success = not (failed or declined)
             item.content_items = [p.ToolOutputText(text=text)] if text else []
         elif isinstance(item, p.McpToolCallItem):
-            _finish_mcp(item, text, failed=failed, declined=declined)
+            error = raw_out.get("error")
+            reason = error if isinstance(error, str) and error else text
+            _finish_mcp(item, text, reason, failed=failed or self.cancelled, declined=declined)
         self.events.append(b.ItemCompleted(item))
 
 
-def _finish_mcp(item: p.McpToolCallItem, text: str, *, failed: bool, declined: bool) -> None:
-    """An MCP tool call's end: its output as MCP text content, or the error."""
+def _finish_mcp(
+    item: p.McpToolCallItem, text: str, reason: str, *, failed: bool, declined: bool
+) -> None:
+    """An MCP tool call's end: its output as MCP text content, or the error (`reason`)."""
     if declined:
         item.status, item.error = "failed", p.McpToolCallError(message="declined by the user")
     elif failed:
         item.status = "failed"
-        item.error = p.McpToolCallError(message=text or "the MCP tool call failed")
+        item.error = p.McpToolCallError(message=reason or "the MCP tool call failed")
     else:
         item.status = "completed"
         item.result = p.McpToolCallResult(content=[{"type": "text", "text": text}] if text else [])

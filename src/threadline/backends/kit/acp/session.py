@@ -16,7 +16,7 @@ from ....protocol import CommandExecutionItem, FileChangeItem, McpToolCallItem, 
 from ... import base as b
 from ...registry import SPECS
 from ..api_errors import no_credentials
-from ..mcp import acp_servers
+from ..mcp import acp_servers, approval_name
 from ..usage import UsageTotals
 from .host import AUTH_REQUIRED, AcpError, AcpHost, Prompt, error_info_for_code
 from .mapper import AcpTurnMapper, McpCall, usage_from_prompt_result
@@ -203,7 +203,7 @@ class AcpSession(b.BackendSession):
             request = b.ApprovalRequest(
                 kind="tool",
                 item_id=item.id,
-                tool=f"mcp__{item.server}__{item.tool}",
+                tool=approval_name(item.server, item.tool),
                 arguments=item.arguments,
                 reason=f"MCP server {item.server}: tool {item.tool}",
             )
