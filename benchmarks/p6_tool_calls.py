@@ -154,7 +154,37 @@ def _gemini(base: Path) -> Iterator[Setup]:
         )
 
 
-SETUPS: dict[str, Callable[[Path], Any]] = {"claude": _claude, "codex": _codex, "gemini": _gemini}
+@contextmanager
+def _opencode(base: Path) -> Iterator[Setup]:
+    from tests.fakes.openai_chat import FakeOpenAIChat, Rule, ToolCall, opencode_env
+
+    opencode = find_cli("opencode")
+    with FakeOpenAIChat() as fake:
+        work = _work(base)
+        env = base_env(opencode_env(base, fake.url, cwd=work))
+
+        def script(name: str) -> None:
+            calls = [ToolCall(name, {"text": f"call {i}"}) for i in range(CALLS)]
+            fake.set_script(
+                Rule("warm up", [ToolCall(name, {"text": "w"}), "warm"]),
+                Rule("go", [*calls, "done"]),
+            )
+
+        yield Setup(
+            env,
+            {"AGENT_BACKEND": "opencode", "BACKEND_CLI_PATH": opencode},
+            work,
+            script,
+            lambda server: f"{server}_echo",
+        )
+
+
+SETUPS: dict[str, Callable[[Path], Any]] = {
+    "claude": _claude,
+    "codex": _codex,
+    "gemini": _gemini,
+    "opencode": _opencode,
+}
 
 
 def _turn(tl: Threadline, thread_id: str, text: str) -> float:
