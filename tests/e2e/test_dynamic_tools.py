@@ -118,3 +118,32 @@ async def test_gemini(nursery: trio.Nursery, gemini_env: GeminiEnv, mode: str) -
         assert status(t) == "completed" and agent_text(events) == "Not found.", events
         check_call(events, {"q": "trio"}, "failed")
         assert "glossary offline" in json.dumps(env.fake.function_responses(-1))
+
+
+async def test_claude_interrupt_while_the_client_holds_a_call(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    """The client never answers; turn/interrupt withdraws the request (serverRequest/resolved),
+    the call's item ends, the turn is interrupted, and the thread's next call works."""
+    env = claude_env
+    call = anthropic.ToolUse("mcp__threadline__lookup", {"q": "slow"})
+    env.script(
+        anthropic.Rule("look it up", [call, "Found it."]),
+        anthropic.Rule("again", [call, "Found it again."]),
+    )
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(srv, dynamicTools=[LOOKUP])
+        turn_id = await srv.start_turn(tid, "look it up")
+        events: list[Any] = []
+        pending = await srv.wait_method("item/tool/call", seen=events)
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done, events = await srv.collect_turn(turn_id, events=events, on_request=lambda r: None)
+        assert done["params"]["turn"]["status"] == "interrupted", events
+        resolved = [
+            e["params"]["requestId"] for e in events if e.get("method") == "serverRequest/resolved"
+        ]
+        assert pending["id"] in resolved
+        [item] = items_completed(events, "dynamicToolCall")
+        assert item["status"] == "failed", item
+        t, events = await turn(srv, tid, "again", answering("trio"))
+        assert status(t) == "completed" and agent_text(events) == "Found it again.", events
