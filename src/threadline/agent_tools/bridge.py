@@ -28,7 +28,7 @@ def main() -> int:
         sock.connect(path)
         sock.sendall(token.encode() + b"\n")
     except OSError as exc:
-        print(f"threadline tool bridge: cannot reach threadline at {path}: {exc}", file=sys.stderr)
+        sys.stderr.write(f"threadline tool bridge: cannot reach threadline at {path}: {exc}\n")
         return 1
     threading.Thread(target=_upstream, args=(sock,), daemon=True).start()
     with contextlib.suppress(OSError):
