@@ -11,7 +11,6 @@ a turn that is interrupted meanwhile all end the call failed, with a reason the 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -27,11 +26,11 @@ from ..protocol import (
     DynamicToolCallParams,
     DynamicToolCallResponse,
     DynamicToolSpec,
-    ServerRequestResolvedNotification,
     ToolOutput,
     ToolOutputText,
 )
-from ..rpc.peer import Peer, PeerGone, PeerResponse
+from ..rpc.peer import Peer
+from ..server.asking import Asked, ask_client
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -42,8 +41,6 @@ __all__ = [
     "flatten",
     "validate_specs",
 ]
-
-log = logging.getLogger("threadline.tools")
 
 #: How long the client has to answer `item/tool/call` unless `config.toolCallTimeoutMs` says.
 DEFAULT_TIMEOUT = 300.0
@@ -119,8 +116,13 @@ def _failed(reason: str) -> CallOutcome:
     return CallOutcome([ToolOutputText(text=reason)], False)
 
 
-def _outcome(response: PeerResponse) -> CallOutcome:
-    """The client's answer → the call's outcome; anything malformed is a failure."""
+def _outcome(asked: Asked, timeout: float | None) -> CallOutcome:
+    """The client's answer → the call's outcome; anything malformed or missing is a failure."""
+    response = asked.response
+    if response is None:
+        if asked.timed_out:
+            return _failed(f"the client did not answer the tool call within {timeout:g} s")
+        return _failed("the client went away before answering the tool call")
     if response.error is not None:
         message = response.error.get("message") if isinstance(response.error, dict) else None
         return _failed(f"the client's tool failed: {message or response.error}")
@@ -182,32 +184,21 @@ class ThreadTools:
         )
         rid = self._peer.allocate_id()
         outcome = _failed("the turn was interrupted before the client answered the tool call")
-        try:
-            async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
 
-                async def withdraw_when_stopping() -> None:
-                    await turn.stopping.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(withdraw_when_stopping)
-                outcome = await self._request(params, rid)
+            async def withdraw_when_stopping() -> None:
+                await turn.stopping.wait()
                 nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._peer.notify(
-                    "serverRequest/resolved",
-                    ServerRequestResolvedNotification(thread_id=self.thread_id, request_id=rid),
-                )
-        return outcome
 
-    async def _request(self, params: DynamicToolCallParams, rid: int) -> CallOutcome:
-        timeout = self.timeout if self.timeout is not None else float("inf")
-        with trio.move_on_after(timeout):
-            try:
-                response = await self._peer.request("item/tool/call", params, request_id=rid)
-            except PeerGone:
-                log.info("client gone during tool call %s: failing it", params.call_id)
-                return _failed("the client went away before answering the tool call")
-            return _outcome(response)
-        log.info("tool call %s unanswered after %ss: failing it", params.call_id, timeout)
-        return _failed(f"the client did not answer the tool call within {timeout:g} s")
+            nursery.start_soon(withdraw_when_stopping)
+            asked = await ask_client(
+                self._peer,
+                "item/tool/call",
+                params,
+                thread_id=self.thread_id,
+                rid=rid,
+                timeout=self.timeout,
+            )
+            outcome = _outcome(asked, self.timeout)
+            nursery.cancel_scope.cancel()
+        return outcome

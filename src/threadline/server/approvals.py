@@ -23,14 +23,14 @@ from ..protocol import (
     ApprovalAutoDecidedNotification,
     CommandExecutionRequestApprovalParams,
     FileChangeRequestApprovalParams,
-    ServerRequestResolvedNotification,
     ThreadActiveFlag,
     ToolRequestApprovalParams,
     ToolRequestUserInputParams,
     ToolRequestUserInputQuestion,
     ToolRequestUserInputResponse,
 )
-from ..rpc.peer import Peer, PeerGone, PeerResponse
+from ..rpc.peer import Peer, PeerResponse
+from .asking import ask_client
 
 __all__ = ["ApprovalRouter", "ApprovalRule", "parse_decision", "parse_rules"]
 
@@ -247,27 +247,16 @@ class ApprovalRouter:
         self, method: str, params: Any, item_id: str, flag: ThreadActiveFlag
     ) -> tuple[PeerResponse | None, bool]:
         """Send the request; return (response or None if the client is gone, timed_out).
-        Always emits `serverRequest/resolved` once the request is answered or withdrawn
-        (timeout, interrupt, turn end)."""
+        The active flags say what is pending meanwhile."""
         rid = self._peer.allocate_id()
         self._pending[rid] = _Pending(item_id, flag)
         await self._set_flags(self._flags())
-        response: PeerResponse | None = None
         try:
-            with trio.move_on_after(self.timeout if self.timeout is not None else float("inf")):
-                try:
-                    response = await self._peer.request(method, params, request_id=rid)
-                except PeerGone:
-                    log.info("client gone while %s %s was pending: declining", method, rid)
-                    return None, False
-                return response, False
-            log.info("%s %s timed out after %ss: declining", method, rid, self.timeout)
-            return None, True
+            asked = await ask_client(
+                self._peer, method, params, thread_id=self.thread_id, rid=rid, timeout=self.timeout
+            )
+            return asked.response, asked.timed_out
         finally:
             del self._pending[rid]
             with trio.CancelScope(shield=True):
-                await self._peer.notify(
-                    "serverRequest/resolved",
-                    ServerRequestResolvedNotification(thread_id=self.thread_id, request_id=rid),
-                )
                 await self._set_flags(self._flags())

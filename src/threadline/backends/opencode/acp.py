@@ -90,6 +90,28 @@ def _database_path(env: dict[str, str]) -> str:
     return os.path.join(data, "opencode", "opencode.db")
 
 
+def _read_json_rows(db: str, query: str, args: tuple[Any, ...]) -> list[Any]:
+    """The JSON `data` column of `query`'s rows in OpenCode's database, read-only and best
+    effort (a missing or unreadable database, or a row that is no JSON, gives nothing)."""
+    if not os.path.isfile(db):
+        return []
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
+        ) as conn:
+            rows = conn.execute(query, args).fetchall()
+    except sqlite3.Error as exc:
+        log.debug("reading opencode's database %s failed: %s", db, exc)
+        return []
+    out = []
+    for (raw,) in rows:
+        try:
+            out.append(json.loads(raw))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
 def _stored_error(
     db: str, session_id: str, since_ms: int
 ) -> tuple[str, int | None, str | None] | None:
@@ -97,25 +119,13 @@ def _stored_error(
     since `since_ms`, from OpenCode's database (schema of 1.18: `message(session_id,
     time_created, data)`, `data.error = {name, data: {message, statusCode, metadata: {url}}}`);
     None if not found."""
-    if not os.path.isfile(db):
-        return None
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
-        ) as conn:
-            rows = conn.execute(
-                "SELECT data FROM message WHERE session_id = ? AND time_created >= ?"
-                " ORDER BY time_created DESC, id DESC LIMIT 5",
-                (session_id, since_ms),
-            ).fetchall()
-    except sqlite3.Error as exc:
-        log.debug("reading opencode's database %s failed: %s", db, exc)
-        return None
-    for (raw,) in rows:
-        try:
-            info = json.loads(raw)
-        except (TypeError, ValueError):
-            continue
+    rows = _read_json_rows(
+        db,
+        "SELECT data FROM message WHERE session_id = ? AND time_created >= ?"
+        " ORDER BY time_created DESC, id DESC LIMIT 5",
+        (session_id, since_ms),
+    )
+    for info in rows:
         error = info.get("error") if isinstance(info, dict) else None
         if not isinstance(error, dict):
             continue
@@ -133,24 +143,12 @@ def _stored_input(db: str, session_id: str, call_id: str) -> dict[str, Any] | No
     """The input of the session's tool call `call_id` from OpenCode's database (schema of
     1.18: `part(session_id, time_created, data)`, `data = {type: "tool", callID, state:
     {input}}`); None if not found (best effort, read-only)."""
-    if not os.path.isfile(db):
-        return None
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
-        ) as conn:
-            rows = conn.execute(
-                "SELECT data FROM part WHERE session_id = ? ORDER BY time_created DESC LIMIT 20",
-                (session_id,),
-            ).fetchall()
-    except sqlite3.Error as exc:
-        log.debug("reading opencode's database %s failed: %s", db, exc)
-        return None
-    for (raw,) in rows:
-        try:
-            part = json.loads(raw)
-        except (TypeError, ValueError):
-            continue
+    rows = _read_json_rows(
+        db,
+        "SELECT data FROM part WHERE session_id = ? ORDER BY time_created DESC LIMIT 20",
+        (session_id,),
+    )
+    for part in rows:
         if isinstance(part, dict) and part.get("callID") == call_id:
             state = part.get("state")
             found = state.get("input") if isinstance(state, dict) else None
