@@ -170,11 +170,26 @@ def _content(types: Any, item: ToolOutput) -> Any:
     return types.AudioContent(data=data, mime_type=mime)
 
 
+#: A unix socket's path must fit in `sun_path` (108 bytes with its NUL on Linux).
+_MAX_SOCKET_PATH = 104
+_SOCKET_NAME = "tools.sock"
+
+
+def _socket_dir() -> str:
+    """A fresh private directory for the socket: in the temp dir, or (when that path is too
+    long for a socket) in $XDG_RUNTIME_DIR or /tmp."""
+    for parent in (tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR"), "/tmp"):
+        probe = os.path.join(parent or "", "threadline-tools-12345678", _SOCKET_NAME)
+        if parent and os.path.isdir(parent) and len(probe.encode()) <= _MAX_SOCKET_PATH:
+            return tempfile.mkdtemp(prefix="threadline-tools-", dir=parent)
+    raise OSError("no directory with a path short enough for a unix socket")
+
+
 @asynccontextmanager
 async def open_tool_host() -> AsyncIterator[ToolHost]:
     """A tool host listening on a fresh private socket; stopped (socket removed) on exit."""
-    directory = tempfile.mkdtemp(prefix="threadline-tools-")
-    path = os.path.join(directory, "tools.sock")
+    directory = _socket_dir()
+    path = os.path.join(directory, _SOCKET_NAME)
     try:
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
         await sock.bind(path)

@@ -54,7 +54,7 @@ from ..protocol import (
     WorkspaceWriteSandbox,
 )
 from ..rpc.connection import Reply
-from ..rpc.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
+from ..rpc.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError
 from ..rpc.peer import Peer
 from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
 from .approvals import parse_rules
@@ -257,7 +257,12 @@ class ThreadService:
             lambda: thread.running_turn,
             timeout=timeout,
         )
-        host = await self._tools.host()
+        try:
+            host = await self._tools.host()
+        except OSError as exc:
+            raise RpcError(
+                INTERNAL_ERROR, f"cannot serve the thread's dynamicTools here: {exc}"
+            ) from None
         thread.settings.mcp_servers.append(host.register(tools))
         thread.on_close.append(lambda: host.unregister(tools))
 
