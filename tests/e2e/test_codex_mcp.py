@@ -30,6 +30,7 @@ from tests.support.client import notifications
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    ask_order,
     decide,
     items_completed,
     items_started,
@@ -106,15 +107,7 @@ async def test_mcp_call_asks_first(
         assert params["itemId"] == started["id"] and params["tool"] == "mcp__srv__echo"
         assert params["arguments"] == {"text": "ask me"}
         # announced, asked, then done
-        order = [
-            e.get("method")
-            for e in events
-            if isinstance(e, dict)
-            and (
-                e.get("id") == ask["id"]
-                or (e.get("params") or {}).get("item", {}).get("id") == started["id"]
-            )
-        ]
+        order = ask_order(events, ask, started["id"])
         assert order == ["item/started", "item/tool/requestApproval", "item/completed"], order
         [done] = items_completed(events, "mcpToolCall")
         if decision == "accept":
