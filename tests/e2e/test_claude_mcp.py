@@ -9,7 +9,6 @@ calls its tools by claude's names, `mcp__<server>__<tool>`.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,25 +28,11 @@ from tests.support.events import (
     status,
     turn,
 )
+from tests.support.mcp import logged_calls, server_entry, servers
 
 pytestmark = pytest.mark.e2e
 
-SERVER = str(Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py")
 SECRET = "mcp-SECRET-5555-never-log-me"
-
-
-def server(log: Path, **extra: Any) -> dict[str, Any]:
-    """A `config.mcp_servers` entry running the test server."""
-    entry: dict[str, Any] = {"command": sys.executable, "args": [SERVER]}
-    entry["env"] = {"MCP_TEST_LOG": str(log), **extra.pop("env", {})}
-    return {**entry, **extra}
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    """The tool calls the server received."""
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line]
 
 
 def tool(tool_name: str, **arguments: Any) -> ToolUse:
@@ -80,7 +65,7 @@ async def test_mcp_call_asks_then_runs_or_not(nursery: trio.Nursery, claude_env:
         Rule("try again", [tool("echo", text="not allowed"), "Not echoed."]),
         Rule("just talk", ["Plain answer."]),
     )
-    config = {"mcp_servers": {"srv": server(log)}}
+    config = {"mcp_servers": servers(log)}
     seen: list[Message] = []
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, approvalPolicy="untrusted", config=config)
@@ -97,14 +82,14 @@ async def test_mcp_call_asks_then_runs_or_not(nursery: trio.Nursery, claude_env:
         assert item["status"] == "completed" and item.get("error") is None, item
         assert "echo: hello mcp" in json.dumps(item["result"]["content"])
         assert "echo: hello mcp" in result_texts(env.fake.tool_results())
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "hello mcp"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hello mcp"}}]
 
         t, events = await turn(srv, tid, "try again", answer_tool("decline", seen))
         assert status(t) == "completed" and agent_text(events) == "Not echoed."
         assert len(seen) == 2
         [item] = items_completed(events, "mcpToolCall")
         assert item["status"] == "failed" and item["error"]["message"], item
-        assert len(calls(log)) == 1  # the declined call never reached the server
+        assert len(logged_calls(log)) == 1  # the declined call never reached the server
 
         t, events = await turn(srv, tid, "just talk")
         assert status(t) == "completed" and agent_text(events) == "Plain answer."
@@ -116,14 +101,14 @@ async def test_mcp_call_asks_under_on_request(nursery: trio.Nursery, claude_env:
     env.script(Rule("please echo", [tool("echo", text="x"), "Not echoed."]))
     seen: list[Message] = []
     async with env.server(nursery) as srv:
-        config = {"mcp_servers": {"srv": server(log)}}
+        config = {"mcp_servers": servers(log)}
         tid = await env.open_thread(srv, approvalPolicy="on-request", config=config)
         t, events = await turn(srv, tid, "please echo", answer_tool("decline", seen))
         assert status(t) == "completed"
     assert [m["params"]["tool"] for m in seen] == ["mcp__srv__echo"]
     [item] = items_completed(events, "mcpToolCall")
     assert item["status"] == "failed"
-    assert calls(log) == []
+    assert logged_calls(log) == []
 
 
 # -- failures -------------------------------------------------------------------------------------
@@ -141,7 +126,7 @@ async def test_mcp_tool_error_and_server_crash(
         Rule("still there", ["Still here."]),
     )
     async with env.server(nursery) as srv:
-        config = {"mcp_servers": {"srv": server(log)}}
+        config = {"mcp_servers": servers(log)}
         tid = await env.open_thread(srv, approvalPolicy="never", config=config)
         t, events = await turn(srv, tid, "make it fail")  # (never: no request)
         assert status(t) == "completed" and agent_text(events) == "It failed."
@@ -156,7 +141,7 @@ async def test_mcp_tool_error_and_server_crash(
 
         t, events = await turn(srv, tid, "still there")
         assert status(t) == "completed" and agent_text(events) == "Still here."
-    assert [c["tool"] for c in calls(log)] == ["fail", "crash"]
+    assert [c["tool"] for c in logged_calls(log)] == ["fail", "crash"]
 
 
 @pytest.mark.parametrize("mode", ["stream", "print"])
@@ -166,8 +151,8 @@ async def test_mcp_server_that_fails_to_start_is_a_warning(
     env = claude_env
     log = env.tmp / "mcp-calls.jsonl"
     env.script(Rule("hello", ["Hello anyway."]), Rule("again", ["Again."]))
-    broken = server(log, env={"MCP_TEST_EXIT_AT_START": "no database here"})
-    config = {"mode": mode, "mcp_servers": {"broken": broken, "srv": server(log)}}
+    broken = server_entry(log, MCP_TEST_EXIT_AT_START="no database here")
+    config = {"mode": mode, "mcp_servers": {"broken": broken, **servers(log)}}
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, config=config)
         t, events = await turn(srv, tid, "hello")
@@ -204,7 +189,7 @@ async def test_mcp_secret_by_env_reference_stays_out_of_state_and_logs(
         "THREADLINE_LOG_LEVEL": "DEBUG",
         "THREADLINE_LOG_FILE": str(log_file),
     }
-    config = {"mcp_servers": {"srv": server(log, env_vars=["MY_SECRET"])}}
+    config = {"mcp_servers": {"srv": {**server_entry(log), "env_vars": ["MY_SECRET"]}}}
     async with env.server(nursery, **extra) as srv:
         tid = await env.open_thread(srv, approvalPolicy="never", config=config)
         t, events = await turn(srv, tid, "show the secret")
@@ -236,7 +221,7 @@ async def test_print_mode_mcp_calls_follow_the_policy(
     env = claude_env
     log = env.tmp / "mcp-calls.jsonl"
     env.script(Rule("please echo", [tool("echo", text="printed"), "Done."]))
-    config = {"mode": "print", "mcp_servers": {"srv": server(log)}}
+    config = {"mode": "print", "mcp_servers": servers(log)}
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, approvalPolicy=policy, config=config)
         t, events = await turn(srv, tid, "please echo")  # never a request
@@ -245,7 +230,7 @@ async def test_print_mode_mcp_calls_follow_the_policy(
     assert (item["server"], item["tool"]) == ("srv", "echo"), item
     if policy == "never":
         assert item["status"] == "completed", item
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "printed"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "printed"}}]
     else:
         assert item["status"] == "failed", item
-        assert calls(log) == []
+        assert logged_calls(log) == []

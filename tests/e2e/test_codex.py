@@ -39,6 +39,7 @@ from tests.support.client import (
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    ask_order,
     decide,
     is_method,
     items_completed,
@@ -233,15 +234,7 @@ async def test_command_approval(nursery: trio.Nursery, codex_env: CodexEnv, deci
         assert command["id"] == params["itemId"]
         assert resolved_ids(events) == [ask["id"]]
         # the request is announced between the item's start and its completion
-        order = [
-            e.get("method")
-            for e in events
-            if isinstance(e, dict)
-            and (
-                e.get("id") == ask["id"]
-                or (e.get("params") or {}).get("item", {}).get("id") == params["itemId"]
-            )
-        ]
+        order = ask_order(events, ask, params["itemId"])
         assert order == [
             "item/started",
             "item/commandExecution/requestApproval",

@@ -30,39 +30,26 @@ from tests.support.client import notifications
 from tests.support.events import (
     agent_text,
     answer_by_method,
+    ask_order,
     decide,
     items_completed,
     items_started,
     requests_in,
     turn,
 )
+from tests.support.mcp import MCP_SERVER, ROOT, logged_calls, servers
 from threadline.backends.codex.exec import EXEC_REFUSED
 
 pytestmark = pytest.mark.e2e
 
-SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 SECRET = "mcp-secret-7f3a9c"
 LITERAL = "mcp-literal-81d2e4"
 MODES = ["app-server", "exec"]
 
 
-def servers(log: Path, **env: str) -> dict[str, Any]:
-    """`config.mcp_servers` with the test server as "srv", logging its calls to `log`."""
-    entry = {"command": sys.executable, "args": [str(SERVER)], "env": {"MCP_TEST_LOG": str(log)}}
-    entry["env"].update(env)  # type: ignore[attr-defined]
-    return {"srv": entry}
-
-
 def call(tool: str, **arguments: Any) -> FunctionCall:
     """The model calls `tool` of the server "srv"."""
     return FunctionCall(tool, arguments, namespace="mcp__srv")
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    """The calls the test server received."""
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 async def open_thread(env: CodexEnv, srv: Any, mode: str, policy: str, mcp: dict[str, Any]) -> str:
@@ -95,7 +82,7 @@ async def test_mcp_tool_call_then_a_second_turn(
         [output] = env.fake.function_outputs(-1)
         assert "echo: hi there" in json.dumps(output)
         assert agent_text(events) == "Echoed."
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "hi there"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hi there"}}]
         t2, events = await turn(srv, tid, "again")
         assert t2["status"] == "completed" and agent_text(events) == "Still here."
 
@@ -120,23 +107,15 @@ async def test_mcp_call_asks_first(
         assert params["itemId"] == started["id"] and params["tool"] == "mcp__srv__echo"
         assert params["arguments"] == {"text": "ask me"}
         # announced, asked, then done
-        order = [
-            e.get("method")
-            for e in events
-            if isinstance(e, dict)
-            and (
-                e.get("id") == ask["id"]
-                or (e.get("params") or {}).get("item", {}).get("id") == started["id"]
-            )
-        ]
+        order = ask_order(events, ask, started["id"])
         assert order == ["item/started", "item/tool/requestApproval", "item/completed"], order
         [done] = items_completed(events, "mcpToolCall")
         if decision == "accept":
             assert done["status"] == "completed", done
-            assert calls(log) == [{"tool": "echo", "arguments": {"text": "ask me"}}]
+            assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "ask me"}}]
         else:
             assert done["status"] == "failed" and done["error"]["message"], done
-            assert calls(log) == []
+            assert logged_calls(log) == []
         assert agent_text(events) == "After the call."
 
 
@@ -153,7 +132,7 @@ async def test_exec_mode_refuses_mcp_calls_unless_never(
         assert requests_in(events) == []
         [done] = items_completed(events, "mcpToolCall")
         assert done["status"] == "failed" and done["error"]["message"] == EXEC_REFUSED
-        assert calls(log) == []
+        assert logged_calls(log) == []
         # the model is told by Codex itself
         assert "requires approval" in json.dumps(env.fake.function_outputs(-1))
 
@@ -180,7 +159,7 @@ async def test_mcp_tool_fails_and_server_crashes(
         assert t["status"] == "completed", t
         [done] = items_completed(events, "mcpToolCall")
         assert done["status"] == "failed" and done["error"]["message"], done
-        assert [c["tool"] for c in calls(log)] == ["fail", "crash"]
+        assert [c["tool"] for c in logged_calls(log)] == ["fail", "crash"]
         t, events = await turn(srv, tid, "after that")
         assert t["status"] == "completed" and agent_text(events) == "Still here."
 
@@ -245,7 +224,7 @@ def http_server(log: Path) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    repo = str(SERVER.parents[2])
+    repo = str(ROOT)
     code = (
         f"import sys; sys.path.insert(0, {repo!r}); from tests.fakes.mcp_server import app; "
         f"app.run('streamable-http', port={port})"
@@ -281,7 +260,7 @@ async def test_mcp_http_server(nursery: trio.Nursery, codex_env: CodexEnv, mode:
             [done] = items_completed(events, "mcpToolCall")
             assert done["status"] == "completed", done
             assert done["result"]["content"] == [{"type": "text", "text": "echo: over http"}]
-            assert calls(log) == [{"tool": "echo", "arguments": {"text": "over http"}}]
+            assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "over http"}}]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -292,7 +271,9 @@ async def test_mcp_servers_after_a_restart(
     log = env.tmp / "mcp.log"
     env.script(Rule("hello", ["Hi."]), Rule("call echo", [call("echo", text="resumed"), "Done."]))
     # by reference: a literal value is not stored with the thread
-    mcp = {"srv": {"command": sys.executable, "args": [str(SERVER)], "env_vars": ["MCP_TEST_LOG"]}}
+    mcp = {
+        "srv": {"command": sys.executable, "args": [str(MCP_SERVER)], "env_vars": ["MCP_TEST_LOG"]}
+    }
     async with env.server(nursery, MCP_TEST_LOG=str(log)) as srv:
         tid = await open_thread(env, srv, mode, "never", mcp)
         t, _ = await turn(srv, tid, "hello")
@@ -304,4 +285,4 @@ async def test_mcp_servers_after_a_restart(
         assert t["status"] == "completed", t
         [done] = items_completed(events, "mcpToolCall")
         assert done["status"] == "completed", done
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "resumed"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "resumed"}}]

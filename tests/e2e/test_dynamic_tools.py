@@ -7,6 +7,7 @@ the client answering it is the decision."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv
 from tests.e2e.gemini_env import GeminiEnv
 from tests.fakes import anthropic, gemini, openai_responses
+from tests.support.cli_env import CliEnv
 from tests.support.client import Message
 from tests.support.events import (
     agent_text,
@@ -25,6 +27,7 @@ from tests.support.events import (
     status,
     turn,
 )
+from tests.support.mcp import interrupt_held_call, tool_answer
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +41,7 @@ LOOKUP = {
 def answering(text: str, success: bool = True) -> Any:
     def on_request(message: Message) -> Any:
         assert message["method"] == "item/tool/call", message  # (no approval is asked)
-        return {"contentItems": [{"type": "inputText", "text": text}], "success": success}
+        return tool_answer(text, success)
 
     return on_request
 
@@ -55,69 +58,56 @@ def check_call(events: list[Any], arguments: dict[str, Any], status_: str) -> di
     return item
 
 
-async def test_claude(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
-    env = claude_env
-    call = anthropic.ToolUse("mcp__threadline__lookup", {"q": "trio"})
-    env.script(
-        anthropic.Rule("look it up", [call, "Found it."]),
-        anthropic.Rule("once more", [call, "Not found."]),
-    )
+async def answered_then_failed(
+    nursery: trio.Nursery,
+    env: CliEnv[Any],
+    call: Any,
+    rule: Callable[[str, list[Any]], Any],
+    tool_results: Callable[[], list[dict[str, Any]]],
+    **thread: Any,
+) -> None:
+    """Two turns, each calling the tool (`call`, in the fake model's `rule`): answered, then
+    failed; the model gets each answer (its last `tool_results`), and the thread goes on."""
+    env.script(rule("look it up", [call, "Found it."]), rule("once more", [call, "Not found."]))
     async with env.server(nursery) as srv:
-        tid = await env.open_thread(srv, approvalPolicy="untrusted", dynamicTools=[LOOKUP])
+        tid = await env.open_thread(
+            srv, approvalPolicy="untrusted", dynamicTools=[LOOKUP], **thread
+        )
         t, events = await turn(srv, tid, "look it up", answering("trio: structured concurrency"))
         assert status(t) == "completed" and agent_text(events) == "Found it.", events
         check_call(events, {"q": "trio"}, "completed")
-        assert "trio: structured concurrency" in json.dumps(env.fake.tool_results())
+        assert "trio: structured concurrency" in json.dumps(tool_results())
         # a failed answer reaches the model as a failed result; the thread goes on
         t, events = await turn(srv, tid, "once more", answering("glossary offline", success=False))
         assert status(t) == "completed" and agent_text(events) == "Not found.", events
         check_call(events, {"q": "trio"}, "failed")
-        [result] = env.fake.tool_results()
-        assert result.get("is_error") is True and "glossary offline" in json.dumps(result)
+        assert "glossary offline" in json.dumps(tool_results())
+
+
+async def test_claude(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+    env = claude_env
+    call = anthropic.ToolUse("mcp__threadline__lookup", {"q": "trio"})
+    await answered_then_failed(nursery, env, call, anthropic.Rule, env.fake.tool_results)
+    [result] = env.fake.tool_results()
+    assert result.get("is_error") is True
 
 
 @pytest.mark.parametrize("mode", ["app-server", "exec"])
 async def test_codex(nursery: trio.Nursery, codex_env: CodexEnv, mode: str) -> None:
     env = codex_env
     call = openai_responses.FunctionCall("lookup", {"q": "trio"}, namespace="mcp__threadline")
-    env.script(
-        openai_responses.Rule("look it up", [call, "Found it."]),
-        openai_responses.Rule("once more", [call, "Not found."]),
+    results = env.fake.function_outputs
+    await answered_then_failed(
+        nursery, env, call, openai_responses.Rule, results, config={"mode": mode}
     )
-    async with env.server(nursery) as srv:
-        tid = await env.open_thread(
-            srv, approvalPolicy="untrusted", config={"mode": mode}, dynamicTools=[LOOKUP]
-        )
-        t, events = await turn(srv, tid, "look it up", answering("trio: structured concurrency"))
-        assert status(t) == "completed" and agent_text(events) == "Found it.", events
-        check_call(events, {"q": "trio"}, "completed")
-        assert "trio: structured concurrency" in json.dumps(env.fake.function_outputs(-1))
-        t, events = await turn(srv, tid, "once more", answering("glossary offline", success=False))
-        assert status(t) == "completed" and agent_text(events) == "Not found.", events
-        check_call(events, {"q": "trio"}, "failed")
-        assert "glossary offline" in json.dumps(env.fake.function_outputs(-1))
 
 
 @pytest.mark.parametrize("mode", ["acp", "headless"])
 async def test_gemini(nursery: trio.Nursery, gemini_env: GeminiEnv, mode: str) -> None:
     env = gemini_env
     call = gemini.FunctionCall("mcp_threadline_lookup", {"q": "trio"})
-    env.script(
-        gemini.Rule("look it up", [call, "Found it."]),
-        gemini.Rule("once more", [call, "Not found."]),
-    )
-    async with env.server(nursery) as srv:
-        tid = await env.open_thread(
-            srv, approvalPolicy="untrusted", config={"mode": mode}, dynamicTools=[LOOKUP]
-        )
-        t, events = await turn(srv, tid, "look it up", answering("trio: structured concurrency"))
-        assert status(t) == "completed" and agent_text(events) == "Found it.", events
-        check_call(events, {"q": "trio"}, "completed")
-        assert "trio: structured concurrency" in json.dumps(env.fake.function_responses(-1))
-        t, events = await turn(srv, tid, "once more", answering("glossary offline", success=False))
-        assert status(t) == "completed" and agent_text(events) == "Not found.", events
-        check_call(events, {"q": "trio"}, "failed")
-        assert "glossary offline" in json.dumps(env.fake.function_responses(-1))
+    results = env.fake.function_responses
+    await answered_then_failed(nursery, env, call, gemini.Rule, results, config={"mode": mode})
 
 
 async def test_claude_interrupt_while_the_client_holds_a_call(
@@ -133,16 +123,7 @@ async def test_claude_interrupt_while_the_client_holds_a_call(
     )
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, dynamicTools=[LOOKUP])
-        turn_id = await srv.start_turn(tid, "look it up")
-        events: list[Any] = []
-        pending = await srv.wait_method("item/tool/call", seen=events)
-        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
-        done, events = await srv.collect_turn(turn_id, events=events, on_request=lambda r: None)
-        assert done["params"]["turn"]["status"] == "interrupted", events
-        resolved = [
-            e["params"]["requestId"] for e in events if e.get("method") == "serverRequest/resolved"
-        ]
-        assert pending["id"] in resolved
+        events = await interrupt_held_call(srv, tid, "look it up")
         [item] = items_completed(events, "dynamicToolCall")
         assert item["status"] == "failed", item
         t, events = await turn(srv, tid, "again", answering("trio"))

@@ -7,8 +7,6 @@ sees `mcpToolCall` items, approvals, failures and warnings.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,28 +23,11 @@ from tests.support.events import (
     status,
     turn,
 )
+from tests.support.mcp import logged_calls, server_entry, servers
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-MCP_SERVER = str(REPO / "tests" / "fakes" / "mcp_server.py")
 HEADLESS = {"mode": "headless"}
-
-
-def server(log: Path, **env: str) -> dict[str, Any]:
-    """A `config.mcp_servers` entry running the test MCP server, logging its calls to `log`."""
-    return {
-        "command": sys.executable,
-        "args": [MCP_SERVER],
-        "env": {"MCP_TEST_LOG": str(log), **env},
-    }
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    """The tool calls the test MCP server ran."""
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 def approve(decision: str, seen: list[Message]) -> Any:
@@ -77,7 +58,7 @@ async def test_acp_mcp_echo_item_and_second_turn(
     env.script(echo_rule("first echo", "hello"), Rule("second turn", ["Still here."]))
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy="never", config={"mcp_servers": {"srv": server(log)}}
+            srv, approvalPolicy="never", config={"mcp_servers": servers(log)}
         )
         t, events = await turn(srv, tid, "first echo")
         assert status(t) == "completed", t
@@ -92,7 +73,7 @@ async def test_acp_mcp_echo_item_and_second_turn(
         [done] = items_completed(events, "mcpToolCall")
         assert done["id"] == started["id"] and done["status"] == "completed", done
         assert mcp_result_text(done) == "echo: hello"
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "hello"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hello"}}]
 
         t2, events2 = await turn(srv, tid, "second turn")
         assert status(t2) == "completed" and not items_started(events2, "mcpToolCall")
@@ -114,7 +95,7 @@ async def test_acp_mcp_approval_decline_then_accept(
     env.script(echo_rule("please decline", "no"), echo_rule("please accept", "yes"))
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy=policy, config={"mcp_servers": {"srv": server(log)}}
+            srv, approvalPolicy=policy, config={"mcp_servers": servers(log)}
         )
         seen: list[Message] = []
         t, events = await turn(srv, tid, "please decline", approve("decline", seen))
@@ -125,7 +106,7 @@ async def test_acp_mcp_approval_decline_then_accept(
         assert request["params"]["tool"] == "mcp__srv__echo"
         assert request["params"]["arguments"] == {"text": "no"}
         assert item["status"] == "failed" and "declined" in item["error"]["message"]
-        assert calls(log) == []  # the tool never ran
+        assert logged_calls(log) == []  # the tool never ran
 
         seen.clear()
         t, events = await turn(srv, tid, "please accept", approve("accept", seen))
@@ -133,7 +114,7 @@ async def test_acp_mcp_approval_decline_then_accept(
         assert len(seen) == 1
         [item] = items_completed(events, "mcpToolCall")
         assert item["status"] == "completed" and mcp_result_text(item) == "echo: yes"
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "yes"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "yes"}}]
 
 
 async def test_acp_mcp_fail_and_crash(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
@@ -146,7 +127,7 @@ async def test_acp_mcp_fail_and_crash(nursery: trio.Nursery, gemini_env: GeminiE
     )
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy="never", config={"mcp_servers": {"srv": server(log)}}
+            srv, approvalPolicy="never", config={"mcp_servers": servers(log)}
         )
         t, events = await turn(srv, tid, "make it fail")
         assert status(t) == "completed", t
@@ -162,7 +143,7 @@ async def test_acp_mcp_fail_and_crash(nursery: trio.Nursery, gemini_env: GeminiE
 
         t, events = await turn(srv, tid, "after the crash")
         assert status(t) == "completed", t
-    assert [c["tool"] for c in calls(log)] == ["fail", "crash"]
+    assert [c["tool"] for c in logged_calls(log)] == ["fail", "crash"]
 
 
 async def test_acp_mcp_secret_by_env_reference(
@@ -184,7 +165,7 @@ async def test_headless_mcp_echo_and_policy(nursery: trio.Nursery, gemini_env: G
         echo_rule("untrusted echo", "no"),
         Rule("second turn", ["Still here."]),
     )
-    config = {**HEADLESS, "mcp_servers": {"srv": server(log)}}
+    config = {**HEADLESS, "mcp_servers": servers(log)}
     scratch = env.tmp / "scratch"  # threadline's TMPDIR: the CLI's settings go there
     scratch.mkdir()
     async with env.server(nursery, TMPDIR=str(scratch)) as srv:
@@ -199,7 +180,7 @@ async def test_headless_mcp_echo_and_policy(nursery: trio.Nursery, gemini_env: G
         )
         assert item["status"] == "completed", json.dumps(item)
         assert mcp_result_text(item) == "echo: hello"
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "hello"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hello"}}]
         t, events = await turn(srv, tid, "second turn")  # --resume, with the servers again
         assert status(t) == "completed" and not items_started(events, "mcpToolCall"), t
         assert env.fake.model_requests[-1].function_responses  # turn 1's call in the history
@@ -212,7 +193,7 @@ async def test_headless_mcp_echo_and_policy(nursery: trio.Nursery, gemini_env: G
         assert not requests_in(events)
         [item] = items_completed(events, "mcpToolCall")
         assert item["status"] == "failed" and "declined" in item["error"]["message"], item
-        assert len(calls(log)) == 1  # not run
+        assert len(logged_calls(log)) == 1  # not run
     # the private home with the settings is gone with the turn
     assert not [p for p in scratch.iterdir() if p.name.startswith("threadline-gemini-")]
 
@@ -237,7 +218,7 @@ async def _secret_by_reference(
     env.script(
         Rule("read the secret", [FunctionCall("mcp_srv_env", {"name": "MY_SECRET"}), "Got it."])
     )
-    entry = {**server(log), "env_vars": ["MY_SECRET"]}
+    entry = {**server_entry(log), "env_vars": ["MY_SECRET"]}
     async with env.server(nursery, MY_SECRET=SECRET) as srv:
         tid = await env.open_thread(
             srv, approvalPolicy="never", config={**config, "mcp_servers": {"srv": entry}}
@@ -269,11 +250,11 @@ async def test_mcp_server_failing_to_start_is_a_warning(
     env = gemini_env
     log = env.tmp / "mcp.jsonl"
     env.script(echo_rule("use the good one", "fine"))
-    broken = server(log, MCP_TEST_EXIT_AT_START="broken on purpose")
-    servers = {"srv": server(log), "broken": broken}
+    broken = server_entry(log, MCP_TEST_EXIT_AT_START="broken on purpose")
+    mcp = {**servers(log), "broken": broken}
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy="never", config={**config, "mcp_servers": servers}
+            srv, approvalPolicy="never", config={**config, "mcp_servers": mcp}
         )
         t, events = await turn(srv, tid, "use the good one")
         assert status(t) == "completed", t

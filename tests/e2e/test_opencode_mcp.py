@@ -11,8 +11,6 @@ asked; `opencode run`, which cannot ask, refuses the call).
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,39 +23,25 @@ from tests.support.events import (
     agent_text,
     answer_by_method,
     decide,
-    items_completed,
     items_started,
     requests_in,
     turn,
 )
+from tests.support.mcp import (
+    NEEDS_TOOL_CALL_SCHEMA,
+    logged_calls,
+    one_mcp_item,
+    server_entry,
+    servers,
+    tool_answer,
+)
 
 pytestmark = pytest.mark.e2e
 
-_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "methods.json"
-#: The test client validates what threadline writes against schemas/: until they are
-#: regenerated with `item/tool/call` (the client-defined tools' request), those tests cannot run.
-NEEDS_TOOL_CALL_SCHEMA = pytest.mark.skipif(
-    '"item/tool/call"' not in _SCHEMAS.read_text(),
-    reason="schemas/ predates item/tool/call: run `threadline schema --out schemas`",
-)
-
-MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 TOOL_APPROVAL = "item/tool/requestApproval"
 RUN = {"mode": "run"}
 SECRET = "s3cr3t-value-4711"
-
-
-def server_config(log: Path, **env: str) -> dict[str, Any]:
-    """`config.mcp_servers` with the test server as "srv" (its calls logged to `log`)."""
-    entry = {"command": sys.executable, "args": [str(MCP_SERVER)]}
-    return {"srv": {**entry, "env": {"MCP_TEST_LOG": str(log), **env}}}
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    """The tool calls the test server received."""
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+BROKEN = server_entry(None, MCP_TEST_EXIT_AT_START="broken on purpose")
 
 
 def mcp_call(tool: str, **arguments: Any) -> ToolCall:
@@ -75,16 +59,6 @@ def script(env: OpenCodeEnv) -> None:
     )
 
 
-def one_mcp_item(events: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The turn's one mcpToolCall item: (as started, as completed)."""
-    [started] = items_started(events, "mcpToolCall")
-    [completed] = items_completed(events, "mcpToolCall")
-    assert started["id"] == completed["id"]
-    assert started["server"] == completed["server"] == "srv", started
-    assert started["status"] == "inProgress", started
-    return started, completed
-
-
 # -- ACP -------------------------------------------------------------------------------------------
 
 
@@ -95,7 +69,7 @@ async def test_acp_mcp_echo_fail_crash(nursery: trio.Nursery, opencode_env: Open
     log = env.tmp / "mcp.jsonl"
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy="never", config={"mcp_servers": server_config(log)}
+            srv, approvalPolicy="never", config={"mcp_servers": servers(log)}
         )
         t, events = await turn(srv, tid, "echo please")
         assert t["status"] == "completed", t
@@ -107,7 +81,7 @@ async def test_acp_mcp_echo_fail_crash(nursery: trio.Nursery, opencode_env: Open
         assert "srv_echo" in env.fake.model_requests[0].tool_names
         assert [r["content"] for r in env.fake.tool_results(-1)] == ["echo: hi"]
         assert agent_text(events) == "Echoed."
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "hi"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hi"}}]
 
         t, events = await turn(srv, tid, "fail please")
         assert t["status"] == "completed", t
@@ -134,7 +108,7 @@ async def test_acp_mcp_asks_first(
     log = env.tmp / "mcp.jsonl"
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy=policy, config={"mcp_servers": server_config(log)}
+            srv, approvalPolicy=policy, config={"mcp_servers": servers(log)}
         )
         on_request = answer_by_method({TOOL_APPROVAL: decide("decline")})
         t, events = await turn(srv, tid, "echo please", on_request)
@@ -152,7 +126,7 @@ async def test_acp_mcp_asks_first(
             i for i, e in enumerate(events) if e.get("params", {}).get("item") == started
         )
         assert item["status"] == "failed" and "declined" in item["error"]["message"], item
-        assert calls(log) == []
+        assert logged_calls(log) == []
 
         on_request = answer_by_method({TOOL_APPROVAL: decide("accept")})
         t, events = await turn(srv, tid, "echo again", on_request)
@@ -160,7 +134,7 @@ async def test_acp_mcp_asks_first(
         assert [r["method"] for r in requests_in(events)] == [TOOL_APPROVAL]
         _, item = one_mcp_item(events)
         assert item["status"] == "completed" and item["arguments"] == {"text": "again"}, item
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "again"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "again"}}]
         assert agent_text(events) == "Echoed again."
 
 
@@ -170,16 +144,9 @@ async def test_acp_mcp_server_fails_to_start(
     env = opencode_env
     script(env)
     log = env.tmp / "mcp.jsonl"
-    servers = {
-        **server_config(log),
-        "broken": {
-            "command": sys.executable,
-            "args": [str(MCP_SERVER)],
-            "env": {"MCP_TEST_EXIT_AT_START": "broken on purpose"},
-        },
-    }
+    mcp = {**servers(log), "broken": BROKEN}
     async with env.server(nursery) as srv:
-        tid = await env.open_thread(srv, approvalPolicy="never", config={"mcp_servers": servers})
+        tid = await env.open_thread(srv, approvalPolicy="never", config={"mcp_servers": mcp})
         t, events = await turn(srv, tid, "echo please")
         assert t["status"] == "completed", t
         warnings = [e["params"]["message"] for e in notifications(events, "warning")]
@@ -198,12 +165,7 @@ async def test_run_mcp_echo_and_refusal(nursery: trio.Nursery, opencode_env: Ope
     env = opencode_env
     script(env)
     log = env.tmp / "mcp.jsonl"
-    broken = {
-        "command": sys.executable,
-        "args": [str(MCP_SERVER)],
-        "env": {"MCP_TEST_EXIT_AT_START": "broken on purpose"},
-    }
-    config = {**RUN, "mcp_servers": {**server_config(log), "broken": broken}}
+    config = {**RUN, "mcp_servers": {**servers(log), "broken": BROKEN}}
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, approvalPolicy="untrusted", config=config)
         t, events = await turn(srv, tid, "echo please")
@@ -211,7 +173,7 @@ async def test_run_mcp_echo_and_refusal(nursery: trio.Nursery, opencode_env: Ope
         _, item = one_mcp_item(events)
         assert item["tool"] == "echo" and item["status"] == "failed", item
         assert "declined" in item["error"]["message"], item
-        assert calls(log) == []
+        assert logged_calls(log) == []
         warnings = [e["params"]["message"] for e in notifications(events, "warning")]
         assert any("broken" in w for w in warnings), warnings
 
@@ -223,7 +185,7 @@ async def test_run_mcp_echo_and_refusal(nursery: trio.Nursery, opencode_env: Ope
         _, item = one_mcp_item(events)
         assert item["status"] == "completed", item
         assert item["result"]["content"] == [{"type": "text", "text": "echo: hi"}], item
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "hi"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hi"}}]
 
         t, events = await turn(srv, tid, "crash please")
         assert t["status"] == "completed", t
@@ -245,11 +207,11 @@ async def test_mcp_secret_by_reference(
     env = opencode_env
     script(env)
     log = env.tmp / "mcp.jsonl"
-    servers = server_config(log)
-    servers["srv"]["env_vars"] = ["MY_SECRET"]
+    mcp = servers(log)
+    mcp["srv"]["env_vars"] = ["MY_SECRET"]
     async with env.server(nursery, MY_SECRET=SECRET) as srv:
         tid = await env.open_thread(
-            srv, approvalPolicy="never", config={"mode": mode, "mcp_servers": servers}
+            srv, approvalPolicy="never", config={"mode": mode, "mcp_servers": mcp}
         )
         t, events = await turn(srv, tid, "secret please")
         assert t["status"] == "completed", t
@@ -284,12 +246,11 @@ async def test_dynamic_tool_runs_unasked_without_an_item_of_opencode(
     env.script(Rule("look it up", [ToolCall("threadline_lookup", {"q": "x"}), "Looked."]))
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
     tool = {"name": "lookup", "description": "Look a thing up.", "inputSchema": schema}
-    answer = {"contentItems": [{"type": "inputText", "text": "found: x"}], "success": True}
     async with env.server(nursery) as srv:
         tid = await env.open_thread(
             srv, approvalPolicy="untrusted", dynamicTools=[tool], config={"mode": mode}
         )
-        on_request = answer_by_method({"item/tool/call": lambda _m: answer})
+        on_request = answer_by_method({"item/tool/call": lambda _m: tool_answer("found: x")})
         t, events = await turn(srv, tid, "look it up", on_request)
         assert t["status"] == "completed", t
         assert [r["method"] for r in requests_in(events)] == ["item/tool/call"]

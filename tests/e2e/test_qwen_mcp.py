@@ -10,7 +10,6 @@ plain one, and `wait_connected` waits until qwen knows the tool.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,40 +23,28 @@ from tests.support.events import (
     agent_text,
     answer_by_method,
     decide,
-    items_completed,
     items_started,
     requests_in,
     turn,
 )
+from tests.support.mcp import (
+    NEEDS_TOOL_CALL_SCHEMA,
+    logged_calls,
+    one_mcp_item,
+    server_entry,
+    servers,
+    tool_answer,
+)
 
 pytestmark = pytest.mark.e2e
 
-_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "methods.json"
-#: The test client validates what threadline writes against schemas/: until they are
-#: regenerated with `item/tool/call` (the client-defined tools' request), those tests cannot run.
-NEEDS_TOOL_CALL_SCHEMA = pytest.mark.skipif(
-    '"item/tool/call"' not in _SCHEMAS.read_text(),
-    reason="schemas/ predates item/tool/call: run `threadline schema --out schemas`",
-)
-
-MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 TOOL_APPROVAL = "item/tool/requestApproval"
-BROKEN = {
-    "command": sys.executable,
-    "args": [str(MCP_SERVER)],
-    "env": {"MCP_TEST_EXIT_AT_START": "broken on purpose"},
-}
+BROKEN = server_entry(None, MCP_TEST_EXIT_AT_START="broken on purpose")
 
 
 def server_config(log: Path) -> dict[str, Any]:
-    entry = {"command": sys.executable, "args": [str(MCP_SERVER)]}
-    return {"srv": {**entry, "env": {"MCP_TEST_LOG": str(log)}}, "broken": BROKEN}
-
-
-def calls(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    """The test server as "srv" (its calls logged to `log`), and one that fails to start."""
+    return {**servers(log), "broken": BROKEN}
 
 
 def script(env: QwenEnv) -> None:
@@ -70,14 +57,6 @@ def script(env: QwenEnv) -> None:
         Rule("look it up", [ToolCall("mcp__threadline__lookup", {"q": "x"}), "Looked."]),
         Rule("after", ["Still here."]),
     )
-
-
-def one_mcp_item(events: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    [started] = items_started(events, "mcpToolCall")
-    [completed] = items_completed(events, "mcpToolCall")
-    assert started["id"] == completed["id"] and started["status"] == "inProgress"
-    assert started["server"] == completed["server"] == "srv", started
-    return started, completed
 
 
 async def first_turn(srv: ServerProcess, tid: str) -> list[Any]:
@@ -110,7 +89,7 @@ async def test_qwen_mcp_asks_first_then_runs(nursery: trio.Nursery, qwen_env: Qw
             "text": "hi"
         }
         assert item["status"] == "failed" and "declined" in item["error"]["message"], item
-        assert calls(log) == []
+        assert logged_calls(log) == []
 
         on_request = answer_by_method({TOOL_APPROVAL: decide("accept")})
         t, events = await turn(srv, tid, "echo again", on_request)
@@ -118,7 +97,7 @@ async def test_qwen_mcp_asks_first_then_runs(nursery: trio.Nursery, qwen_env: Qw
         _, item = one_mcp_item(events)
         assert item["status"] == "completed" and item["arguments"] == {"text": "again"}, item
         assert "echo: again" in json.dumps(item["result"]["content"])
-        assert calls(log) == [{"tool": "echo", "arguments": {"text": "again"}}]
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "again"}}]
         assert agent_text(events) == "Echoed again."
 
 
@@ -157,11 +136,10 @@ async def test_qwen_dynamic_tool_runs_unasked(nursery: trio.Nursery, qwen_env: Q
     script(env)
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
     tool = {"name": "lookup", "description": "Look a thing up.", "inputSchema": schema}
-    answer = {"contentItems": [{"type": "inputText", "text": "found: x"}], "success": True}
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, approvalPolicy="untrusted", dynamicTools=[tool])
         await first_turn(srv, tid)
-        on_request = answer_by_method({"item/tool/call": lambda _m: answer})
+        on_request = answer_by_method({"item/tool/call": lambda _m: tool_answer("found: x")})
         t, events = await turn(srv, tid, "look it up", on_request)
         assert t["status"] == "completed", t
         assert [r["method"] for r in requests_in(events)] == ["item/tool/call"]

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,17 @@ from tests.support.client import (
     running_server,
     wait_gone,
 )
+from tests.support.events import resolved_ids
+from tests.support.mcp import (
+    hold_call,
+    interrupt_held_call,
+    logged_calls,
+    server_entry,
+    tool_answer,
+)
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-MCP_SERVER = str(ROOT / "tests" / "fakes" / "mcp_server.py")
 LOOKUP = {
     "name": "lookup",
     "description": "Look a word up.",
@@ -51,10 +56,6 @@ NAMESPACE = {
         }
     ],
 }
-
-
-def answered(text: str, success: bool = True) -> dict[str, Any]:
-    return {"contentItems": [{"type": "inputText", "text": text}], "success": success}
 
 
 def tool_calls(events: list[Any]) -> list[dict[str, Any]]:
@@ -98,7 +99,7 @@ async def test_dynamic_tool_round_trip(
 
         def client(request: dict[str, Any]) -> Any:
             args = request["params"]["arguments"]
-            return answered(f"{request['params']['tool']} found {args.get('q')}")
+            return tool_answer(f"{request['params']['tool']} found {args.get('q')}")
 
         prompt = '/mcp threadline lookup {"q": "trio"}\n/mcp threadline kb__search {"q": "mcp"}'
         done, events = await srv.run_turn(tid, prompt, on_request=client)
@@ -120,10 +121,7 @@ async def test_dynamic_tool_round_trip(
         # what the client answered reached the agent
         assert "lookup: lookup found trio" in reply(events)
         assert "kb__search: search found mcp" in reply(events)
-        resolved = [
-            e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")
-        ]
-        assert resolved == [c["id"] for c in calls]
+        assert resolved_ids(events) == [c["id"] for c in calls]
         assert_items_balanced(events)
         # a second turn calls it again
         done, events = await srv.run_turn(
@@ -140,7 +138,7 @@ async def test_dynamic_tool_round_trip(
             "the client's tool failed: lookup service down",
         ),
         ({"result": {"contentItems": "nope"}}, "something unusable"),
-        ({"result": answered("no such word", success=False)}, "no such word"),
+        ({"result": tool_answer("no such word", success=False)}, "no such word"),
     ],
     ids=["error", "garbage", "unsuccessful"],
 )
@@ -154,9 +152,7 @@ async def test_dynamic_tool_failures_fail_the_call_not_the_turn(
 ) -> None:
     async with running_server(nursery, home, env_for(tmp_path)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
-        turn_id = await srv.start_turn(tid, '/mcp threadline lookup {"q": "x"}')
-        events: list[Any] = []
-        call = await srv.wait_method("item/tool/call", seen=events)
+        turn_id, call, events = await hold_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         await srv.send({"id": call["id"], **answer})
         done, events = await srv.collect_turn(turn_id, events=events)
         assert done["params"]["turn"]["status"] == "completed", events
@@ -171,18 +167,14 @@ async def test_unanswered_call_times_out(
 ) -> None:
     async with running_server(nursery, home, env_for(tmp_path)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP], config={"toolCallTimeoutMs": 300})
-        turn_id = await srv.start_turn(tid, '/mcp threadline lookup {"q": "x"}')
-        events: list[Any] = []
-        call = await srv.wait_method("item/tool/call", seen=events)
+        turn_id, call, events = await hold_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         _done, events = await srv.collect_turn(turn_id, events=events, on_request=lambda r: None)
         assert "did not answer the tool call within 0.3 s" in reply(events), events
-        assert call["id"] in [
-            e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")
-        ]
+        assert call["id"] in resolved_ids(events)
         (item,) = items(events, "dynamicToolCall")
         assert item["status"] == "failed"
         # a late answer is ignored, the server keeps serving
-        await srv.send({"id": call["id"], "result": answered("late")})
+        await srv.send({"id": call["id"], "result": tool_answer("late")})
         await srv.run_turn(tid, "still here")
 
 
@@ -191,15 +183,7 @@ async def test_interrupt_during_a_pending_call(
 ) -> None:
     async with running_server(nursery, home, env_for(tmp_path)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
-        turn_id = await srv.start_turn(tid, '/mcp threadline lookup {"q": "x"}')
-        events: list[Any] = []
-        call = await srv.wait_method("item/tool/call", seen=events)
-        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
-        done, events = await srv.collect_turn(turn_id, events=events, on_request=lambda r: None)
-        assert done["params"]["turn"]["status"] == "interrupted", events
-        assert call["id"] in [
-            e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")
-        ]
+        events = await interrupt_held_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         assert [i["status"] for i in items(events, "dynamicToolCall")] == ["failed"]
         assert_items_balanced(events)
         done, _ = await srv.run_turn(tid, "next")
@@ -211,8 +195,7 @@ async def test_client_gone_during_a_call_leaves_no_process(
 ) -> None:
     async with running_server(nursery, home, env_for(tmp_path)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
-        await srv.start_turn(tid, '/mcp threadline lookup {"q": "x"}')
-        await srv.wait_method("item/tool/call")
+        await hold_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         tree = descendants(srv.pid)
         cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree]
         assert any(b"bridge.py" in line for line in cmdlines), cmdlines
@@ -231,7 +214,9 @@ async def test_dynamic_tools_survive_a_restart(
         await srv.initialize()
         await srv.call("thread/resume", {"threadId": tid})
         _done, events = await srv.run_turn(
-            tid, '/mcp threadline lookup {"q": "back"}', on_request=lambda r: answered("back again")
+            tid,
+            '/mcp threadline lookup {"q": "back"}',
+            on_request=lambda r: tool_answer("back again"),
         )
         assert "lookup: back again" in reply(events), events
 
@@ -278,13 +263,8 @@ async def test_bad_tool_config_is_refused(
 
 
 def mcp_config(log: Path, **server: Any) -> dict[str, Any]:
-    entry = {
-        "command": sys.executable,
-        "args": [MCP_SERVER],
-        "env": {"MCP_TEST_LOG": str(log)},
-        **server,
-    }
-    return {"mcp_servers": {"srv": entry}}
+    """`config` with the test MCP server as "srv", `server`'s keys added to its entry."""
+    return {"mcp_servers": {"srv": {**server_entry(log), **server}}}
 
 
 async def test_mcp_server_call_asks_first(
@@ -305,7 +285,7 @@ async def test_mcp_server_call_asks_first(
         (item,) = items(events, "mcpToolCall")
         assert item["status"] == "completed", item
         assert item["result"]["content"] == [{"type": "text", "text": "echo: hi"}]
-        assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == ["echo"]
+        assert [c["tool"] for c in logged_calls(log)] == ["echo"]
         assert_items_balanced(events)
 
 

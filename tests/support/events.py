@@ -11,6 +11,7 @@ from tests.support.client import Message, ServerProcess, assert_items_balanced, 
 __all__ = [
     "agent_text",
     "answer_by_method",
+    "ask_order",
     "decide",
     "is_method",
     "items_completed",
@@ -52,6 +53,19 @@ def status(t: dict[str, Any]) -> str:
 
 def resolved_ids(events: list[Any]) -> list[Any]:
     return [e["params"]["requestId"] for e in notifications(events, "serverRequest/resolved")]
+
+
+def ask_order(events: list[Any], ask: Message, item_id: str) -> list[Any]:
+    """The methods, in order, of the request `ask` and of the notifications about item
+    `item_id` (its start and completion): where the request stands in the item's life."""
+    return [
+        e.get("method")
+        for e in events
+        if isinstance(e, dict)
+        and (
+            e.get("id") == ask["id"] or (e.get("params") or {}).get("item", {}).get("id") == item_id
+        )
+    ]
 
 
 def is_method(method: str) -> Callable[[Any], bool]:
