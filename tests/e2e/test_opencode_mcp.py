@@ -28,7 +28,6 @@ from tests.support.events import (
     turn,
 )
 from tests.support.mcp import (
-    NEEDS_TOOL_CALL_SCHEMA,
     logged_calls,
     one_mcp_item,
     server_entry,
@@ -234,7 +233,6 @@ async def test_mcp_secret_by_reference(
 # -- client-defined tools --------------------------------------------------------------------------
 
 
-@NEEDS_TOOL_CALL_SCHEMA
 @pytest.mark.parametrize("mode", ["acp", "run"])
 async def test_dynamic_tool_runs_unasked_without_an_item_of_opencode(
     nursery: trio.Nursery, opencode_env: OpenCodeEnv, mode: str

@@ -28,7 +28,6 @@ from tests.support.events import (
     turn,
 )
 from tests.support.mcp import (
-    NEEDS_TOOL_CALL_SCHEMA,
     logged_calls,
     one_mcp_item,
     server_entry,
@@ -130,7 +129,6 @@ async def test_qwen_mcp_never_fail_crash(nursery: trio.Nursery, qwen_env: QwenEn
         assert t["status"] == "completed" and agent_text(events) == "Still here.", t
 
 
-@NEEDS_TOOL_CALL_SCHEMA
 async def test_qwen_dynamic_tool_runs_unasked(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
     env = qwen_env
     script(env)

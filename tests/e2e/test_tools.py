@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +83,16 @@ async def wait_logged(srv: ServerProcess, text: str) -> None:
             await trio.sleep(0.05)
 
 
-def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir(exist_ok=True)
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """The server's TMPDIR: short enough that the tool host's socket goes there (a unix
+    socket's path is limited; under a longer one it goes to /tmp)."""
+    path = Path(tempfile.mkdtemp(prefix="tl-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def env_for(tmp: Path, **extra: str) -> dict[str, str]:
     return {"TMPDIR": str(tmp), **extra}
 
 
@@ -92,9 +102,9 @@ async def start(srv: ServerProcess, workdir: Path, **params: Any) -> str:
 
 
 async def test_dynamic_tool_round_trip(
-    nursery: trio.Nursery, home: Path, workdir: Path, tmp_path: Path
+    nursery: trio.Nursery, home: Path, workdir: Path, short_tmp: Path
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP, NAMESPACE])
 
         def client(request: dict[str, Any]) -> Any:
@@ -146,11 +156,11 @@ async def test_dynamic_tool_failures_fail_the_call_not_the_turn(
     nursery: trio.Nursery,
     home: Path,
     workdir: Path,
-    tmp_path: Path,
+    short_tmp: Path,
     answer: dict[str, Any],
     expected: str,
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
         turn_id, call, events = await hold_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         await srv.send({"id": call["id"], **answer})
@@ -163,9 +173,9 @@ async def test_dynamic_tool_failures_fail_the_call_not_the_turn(
 
 
 async def test_unanswered_call_times_out(
-    nursery: trio.Nursery, home: Path, workdir: Path, tmp_path: Path
+    nursery: trio.Nursery, home: Path, workdir: Path, short_tmp: Path
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP], config={"toolCallTimeoutMs": 300})
         turn_id, call, events = await hold_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         _done, events = await srv.collect_turn(turn_id, events=events, on_request=lambda r: None)
@@ -179,9 +189,9 @@ async def test_unanswered_call_times_out(
 
 
 async def test_interrupt_during_a_pending_call(
-    nursery: trio.Nursery, home: Path, workdir: Path, tmp_path: Path
+    nursery: trio.Nursery, home: Path, workdir: Path, short_tmp: Path
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
         events = await interrupt_held_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         assert [i["status"] for i in items(events, "dynamicToolCall")] == ["failed"]
@@ -191,26 +201,27 @@ async def test_interrupt_during_a_pending_call(
 
 
 async def test_client_gone_during_a_call_leaves_no_process(
-    nursery: trio.Nursery, home: Path, workdir: Path, tmp_path: Path
+    nursery: trio.Nursery, home: Path, workdir: Path, short_tmp: Path
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
         await hold_call(srv, tid, '/mcp threadline lookup {"q": "x"}')
         tree = descendants(srv.pid)
         cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree]
         assert any(b"bridge.py" in line for line in cmdlines), cmdlines
+        assert list(short_tmp.glob("threadline-tools-*/tools.sock"))
         await srv.close_stdin()
         assert await srv.wait(20) == 0
         assert await wait_gone(tree, 10) == []
-    assert not list((tmp_path / "tmp").glob("threadline-tools-*")), "the socket directory stays"
+    assert not list(short_tmp.glob("threadline-tools-*")), "the socket directory stays"
 
 
 async def test_dynamic_tools_survive_a_restart(
-    nursery: trio.Nursery, home: Path, workdir: Path, tmp_path: Path
+    nursery: trio.Nursery, home: Path, workdir: Path, short_tmp: Path
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         tid = await start(srv, workdir, dynamicTools=[LOOKUP])
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         await srv.initialize()
         await srv.call("thread/resume", {"threadId": tid})
         _done, events = await srv.run_turn(
@@ -222,11 +233,11 @@ async def test_dynamic_tools_survive_a_restart(
 
 
 async def test_wrong_token_is_refused(
-    nursery: trio.Nursery, home: Path, workdir: Path, tmp_path: Path
+    nursery: trio.Nursery, home: Path, workdir: Path, short_tmp: Path
 ) -> None:
-    async with running_server(nursery, home, env_for(tmp_path)) as srv:
+    async with running_server(nursery, home, env_for(short_tmp)) as srv:
         await start(srv, workdir, dynamicTools=[LOOKUP])
-        (path,) = (tmp_path / "tmp").glob("threadline-tools-*/tools.sock")
+        (path,) = short_tmp.glob("threadline-tools-*/tools.sock")
         assert oct(path.stat().st_mode & 0o777) == "0o600"
         assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
         with socket.socket(socket.AF_UNIX) as sock:

@@ -9,14 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.client import Message, ServerProcess
 from tests.support.events import items_completed, items_started, resolved_ids
 
 __all__ = [
     "MCP_SERVER",
-    "NEEDS_TOOL_CALL_SCHEMA",
     "ROOT",
     "hold_call",
     "interrupt_held_call",
@@ -29,13 +26,6 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_SERVER = ROOT / "tests" / "fakes" / "mcp_server.py"
-
-#: The test client validates what threadline writes against schemas/: until they are
-#: regenerated with `item/tool/call` (the client-defined tools' request), those tests cannot run.
-NEEDS_TOOL_CALL_SCHEMA = pytest.mark.skipif(
-    '"item/tool/call"' not in (ROOT / "schemas" / "methods.json").read_text(),
-    reason="schemas/ predates item/tool/call: run `threadline schema --out schemas`",
-)
 
 
 def server_entry(log: Path | None, **env: str) -> dict[str, Any]:
