@@ -151,6 +151,22 @@ def base_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def claude_env(home: Path, url: str) -> dict[str, str]:
+    """The environment of a real `claude` offline against the fake Anthropic API at `url`,
+    its state in `home` (no retries, no update checks, no other traffic)."""
+    return base_env(
+        {
+            "HOME": str(home),
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_API_KEY": "bench-key",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+        }
+    )
+
+
 @dataclass
 class Result:
     """One row of the suite's table. `ours`/`theirs` are display strings (with units);

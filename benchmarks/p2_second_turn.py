@@ -36,6 +36,7 @@ from _harness import (
     Result,
     Threadline,
     base_env,
+    claude_env,
     cold_first_output,
     find_cli,
     median_row,
@@ -83,17 +84,7 @@ def _claude(base: Path) -> Iterator[Setup]:
         home = base / "home"
         home.mkdir()
         work, state = _dirs(base)
-        env = base_env(
-            {
-                "HOME": str(home),
-                "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-                "ANTHROPIC_BASE_URL": fake.url,
-                "ANTHROPIC_API_KEY": "bench-key",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-                "CLAUDE_CODE_MAX_RETRIES": "0",
-            }
-        )
+        env = claude_env(home, fake.url)
 
         def is_first(m: dict[str, Any]) -> bool:
             event = m.get("event") or {}

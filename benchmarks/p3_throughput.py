@@ -33,27 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from _harness import Result, Threadline, find_cli, print_table
+from _harness import Result, Threadline, claude_env, find_cli, print_table
 from tests.fakes.anthropic import FakeAnthropic, Rule, Step, Text
 
 HERE = Path(__file__).resolve().parent
 _DECODE = msgspec.json.Decoder()
-
-
-def _claude_env(home: Path, url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "HOME": str(home),
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-            "ANTHROPIC_BASE_URL": url,
-            "ANTHROPIC_API_KEY": "bench-key",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_MAX_RETRIES": "0",
-        }
-    )
-    return env
 
 
 def record(base: Path, deltas: int) -> tuple[Path, str]:
@@ -72,7 +56,7 @@ def record(base: Path, deltas: int) -> tuple[Path, str]:
                 stdin=subprocess.DEVNULL,
                 stdout=fh,
                 stderr=subprocess.DEVNULL,
-                env=_claude_env(home, fake.url),
+                env=claude_env(home, fake.url),
                 cwd=work,
                 check=True,
                 timeout=600,

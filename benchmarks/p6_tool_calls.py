@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _harness import ROOT, Result, Threadline, base_env, find_cli, print_table
+from _harness import ROOT, Result, Threadline, base_env, claude_env, find_cli, print_table
 
 CALLS = 10
 GOAL_MS = 20.0
@@ -62,17 +62,7 @@ def _claude(base: Path) -> Iterator[Setup]:
         home.mkdir()
         work = base / "work"
         work.mkdir()
-        env = base_env(
-            {
-                "HOME": str(home),
-                "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-                "ANTHROPIC_BASE_URL": fake.url,
-                "ANTHROPIC_API_KEY": "bench-key",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-                "CLAUDE_CODE_MAX_RETRIES": "0",
-            }
-        )
+        env = claude_env(home, fake.url)
 
         def script(name: str) -> None:
             calls = [ToolUse(name, {"text": f"call {i}"}) for i in range(CALLS)]
