@@ -7,6 +7,7 @@ the decoy file `x` must survive and no `y` may be written.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -69,9 +70,17 @@ def pwned(h: Harness) -> list[str]:
     CLI's home) or in threadline's cwd. (Not a walk of the whole checkout: it blocks the
     test's event loop for seconds, the client stops reading, and the backpressure reaches
     the CLI.)"""
-    found = [p for p in h.tmp.rglob("pwned")] + [p for p in h.tmp.rglob("y") if p.is_file()]
-    found += [p for p in (ROOT / "pwned", ROOT / "y") if p.exists()]
-    return [str(p) for p in found]
+    # os.walk, not Path.rglob: a CLI running meanwhile creates and removes lock directories
+    # (claude's `.claude.json.lock`), and rglob fails on one that vanishes mid-walk.
+    found = [
+        os.path.join(top, name)
+        for top, _dirs, files in os.walk(h.tmp)
+        for name in files
+        if name in ("pwned", "y")
+    ]
+    found += [os.path.join(top, "pwned") for top, dirs, _ in os.walk(h.tmp) if "pwned" in dirs]
+    found += [str(p) for p in (ROOT / "pwned", ROOT / "y") if p.exists()]
+    return found
 
 
 @matrix_params(DEFAULT, ALL_NAMES)
