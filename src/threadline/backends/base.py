@@ -30,6 +30,7 @@ from ..protocol import (
     CommandAction,
     Model,
     ReasoningEffortOption,
+    SandboxPolicy,
     ThreadItem,
     ThreadTokenUsage,
     ToolRequestUserInputQuestion,
@@ -38,7 +39,8 @@ from ..protocol import (
     UserInput,
 )
 from .kit.cli_binary import check_cli, resolve_cli
-from .spec import BackendCheck, BackendSpec
+from .registry import SPECS
+from .spec import BackendCheck, BackendSpec, foreign_model
 
 __all__ = [
     "AgentMessageDelta",
@@ -131,7 +133,14 @@ class SessionSettings:
     mode: str
     model: str | None = None
     approval_policy: ApprovalPolicy = "on-request"
+    #: `read-only` | `workspace-write` | `danger-full-access`, or None (the CLI's default).
     sandbox: str | None = None
+    #: Codex's full sandbox policy when a `turn/start` gave one (`sandbox` is its mode).
+    sandbox_policy: SandboxPolicy | None = None
+    #: Codex's reasoning effort (`none` `minimal` `low` `medium` `high` `xhigh`), or None.
+    effort: str | None = None
+    #: Codex's reasoning summary (`auto` `concise` `detailed` `none`), or None.
+    summary: str | None = None
     base_instructions: str | None = None
     developer_instructions: str | None = None
     max_turns: int = 25
@@ -154,6 +163,10 @@ class SessionSettings:
     resumed: bool = False
     #: True once the role bootstrap message was sent (never repeat it on resume).
     role_bootstrap_applied: bool = False
+    #: `thread/fork`: the source thread's CLI session id. While `backend_session_id` is None
+    #: the session opens as a fork of it (the source's own session untouched) and reports
+    #: the new session's id through `TurnContext.set_backend_session_id`.
+    fork_of: str | None = None
 
     @property
     def role_prompt(self) -> str | None:
@@ -171,6 +184,9 @@ class TurnInput:
     #: A role bootstrap message to deliver before the prompt on this turn, or None. The engine
     #: sets it on a thread's first turn only (when the role prompt is non-empty).
     bootstrap: str | None = None
+    #: `turn/start.outputSchema`: a JSON Schema the final message must follow (this turn
+    #: only; capability `output_schema`).
+    output_schema: Any = None
 
 
 @dataclass
@@ -357,6 +373,30 @@ class BackendSession(abc.ABC):
         request). `run_turn` should then return soon (status interrupted). Backends whose
         capabilities say `interrupt: False` are stopped by cancellation instead."""
 
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        """Settings named in `changed` (`OVERRIDE_FIELDS`) have new values in the settings
+        this session was opened with; apply them to the live CLI before the next turn (a
+        per-turn CLI reads them at its next spawn). Returns the fields it could not apply
+        live: the engine then reopens the session, resuming the conversation. Only fields the
+        mode declares `native` or `restart` are passed."""
+        return changed
+
+    async def steer(self, turn: TurnInput) -> None:
+        """Add input to the running turn `turn.turn_id` (capability `steer`); the engine has
+        already shown it as a `userMessage` item. Raise BackendError when it cannot."""
+        raise BackendError("this backend cannot add input to a running turn")
+
+    async def compact(self, ctx: TurnContext) -> TurnOutcome | None:
+        """Compact the CLI's conversation, as a turn of its own (capability `compact`): the
+        engine has announced a `contextCompaction` item and completes it when this returns."""
+        raise BackendError("this backend cannot compact its conversation")
+
+    async def inject_items(self, items: list[Any]) -> bool:
+        """Put raw Responses API items into the CLI's context natively (capability
+        `inject_items: native`). False: the engine sends them as a transcript block with the
+        next turn instead."""
+        return False
+
     def stop_commands(self, since: float) -> None:  # noqa: B027 - optional hook
         """Kill the commands the CLI started since `since` (a `time.monotonic()` value), in
         process groups of their own: the engine calls this right after `interrupt`, so a
@@ -406,8 +446,18 @@ class Backend(abc.ABC):
         process between threads (ACP) run those processes there, so they outlive any one
         thread and die with the server."""
 
+    def foreign_model(self, model: str) -> bool:
+        """True when `model` is another backend's model name and not this one's (see
+        `BackendSpec.model_patterns`): the thread then runs the CLI's default model."""
+        return foreign_model(self.spec, model, SPECS.values())
+
+    async def list_models(self) -> list[Model]:
+        """What `model/list` offers: the CLI's own list where it can give one, else the
+        spec's (`models()`); the default model has `isDefault`."""
+        return self.models()
+
     def models(self) -> list[Model]:
-        """What `model/list` offers (the spec's models; the first is the default)."""
+        """The spec's models; the first is the default."""
         efforts = [
             ReasoningEffortOption(reasoning_effort=e, description=d) for e, d in self.spec.efforts
         ]

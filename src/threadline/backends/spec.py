@@ -9,19 +9,35 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ..protocol.methods import BackendCapabilities
 
 __all__ = [
+    "OVERRIDE_FIELDS",
     "BackendCheck",
     "BackendSpec",
     "NpmCli",
     "acp_capabilities",
+    "foreign_model",
     "mode_capabilities",
     "per_turn_capabilities",
 ]
+
+
+#: `turn/start` fields that change a thread's settings for this and later turns (Codex's
+#: names), and how a mode applies each unless its spec says otherwise.
+OVERRIDE_FIELDS = ("model", "effort", "summary", "approvalPolicy", "sandboxPolicy", "cwd")
+_DEFAULT_OVERRIDES: dict[str, Literal["native", "restart", "unsupported"]] = {
+    "model": "restart",
+    "effort": "unsupported",
+    "summary": "unsupported",
+    "approvalPolicy": "native",
+    "sandboxPolicy": "unsupported",
+    "cwd": "unsupported",
+}
 
 
 @dataclass
@@ -70,6 +86,11 @@ class BackendSpec:
     #: The reasoning efforts offered with every model: (effort, description).
     efforts: tuple[tuple[str, str], ...] = (("medium", "default"),)
     default_effort: str = "medium"
+    #: Model names that are this backend's own (regular expressions, matched case-insensitively
+    #: at the start). A name that is another backend's and not this one's is never passed to
+    #: the CLI (a Codex client's `gpt-…` on a claude thread): the default model is used and a
+    #: warning says so. None: the CLI takes models of any provider.
+    model_patterns: tuple[str, ...] | None = None
     #: For a backend with no fixed CLI (it runs the command a thread or the operator
     #: configures): what to configure, reported by `initialize` and `doctor` while none is.
     command_setup: str | None = None
@@ -124,6 +145,18 @@ class BackendSpec:
         return f"none found: {self.login_fix}"
 
 
+def _own(spec: BackendSpec, model: str) -> bool:
+    return any(re.match(p, model, re.IGNORECASE) for p in spec.model_patterns or ())
+
+
+def foreign_model(spec: BackendSpec, model: str, specs: Iterable[BackendSpec]) -> bool:
+    """True when `model` matches another backend's `model_patterns` (one of `specs`) and not
+    this backend's own (a backend without patterns takes any name)."""
+    if spec.model_patterns is None or _own(spec, model):
+        return False
+    return any(other.id != spec.id and _own(other, model) for other in specs)
+
+
 def _expand(pattern: str, env: Mapping[str, str]) -> str | None:
     """`pattern` with `~` and `$VAR` taken from `env`; None when a variable is unset."""
     missing = False
@@ -155,8 +188,16 @@ def mode_capabilities(
     deltas: bool = True,
     reasoning: bool = True,
     images: bool = False,
+    overrides: Mapping[str, Literal["native", "restart", "unsupported"]] | None = None,
+    output_schema: bool = False,
+    steer: bool = False,
+    fork: bool = False,
+    compact: bool = False,
+    inject_items: Literal["native", "transcript"] = "transcript",
 ) -> BackendCapabilities:
-    """What a backend can do in one mode; the defaults are a full-featured mode's."""
+    """What a backend can do in one mode; the defaults are a full-featured mode's, except
+    for the control surface, which each mode declares. `overrides` is merged over the
+    default (model: restart, approvalPolicy: native, the rest unsupported)."""
     return BackendCapabilities(
         approvals=approvals,
         interrupt=interrupt,
@@ -164,16 +205,31 @@ def mode_capabilities(
         deltas=deltas,
         reasoning=reasoning,
         images=images,
+        overrides={**_DEFAULT_OVERRIDES, **(overrides or {})},
+        output_schema=output_schema,
+        steer=steer,
+        fork=fork,
+        compact=compact,
+        inject_items=inject_items,
         invocation=invocation,
         role_injection=role_injection,
     )
 
 
 def per_turn_capabilities(
-    invocation: str, role_injection: str, *, deltas: bool = True, reasoning: bool = True
+    invocation: str,
+    role_injection: str,
+    *,
+    deltas: bool = True,
+    reasoning: bool = True,
+    overrides: Mapping[str, Literal["native", "restart", "unsupported"]] | None = None,
+    output_schema: bool = False,
+    fork: bool = False,
+    compact: bool = False,
 ) -> BackendCapabilities:
     """A mode that runs the CLI once per turn: approvals by policy only (the CLI asks the
-    client nothing) and no native interrupt (a turn is stopped by killing the process)."""
+    client nothing) and no native interrupt (a turn is stopped by killing the process). A
+    new model reaches the next spawn (native)."""
     return mode_capabilities(
         invocation,
         role_injection,
@@ -181,6 +237,10 @@ def per_turn_capabilities(
         interrupt=False,
         deltas=deltas,
         reasoning=reasoning,
+        overrides={"model": "native", **(overrides or {})},
+        output_schema=output_schema,
+        fork=fork,
+        compact=compact,
     )
 
 

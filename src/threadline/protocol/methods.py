@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Generic, Literal, TypeVar
 
+import msgspec
+
 from .base import Base, TurnScoped
 from .common import (
     AskForApproval,
@@ -95,6 +97,23 @@ class BackendCapabilities(Base, kw_only=True):
     deltas: bool
     reasoning: bool
     images: bool = False
+    #: How each `turn/start` override reaches the CLI: `native` (applied to the running CLI,
+    #: or at its next per-turn spawn), `restart` (the CLI is reopened, resuming its session),
+    #: `unsupported` (a `warning` names the field; the value is kept for the thread).
+    overrides: dict[str, Literal["native", "restart", "unsupported"]] = msgspec.field(
+        default_factory=dict
+    )
+    #: `turn/start.outputSchema` constrains the final message.
+    output_schema: bool = False
+    #: `turn/steer` adds input to the running turn.
+    steer: bool = False
+    #: `thread/fork` copies the CLI's conversation into a new thread.
+    fork: bool = False
+    #: `thread/compact/start` compacts the CLI's context.
+    compact: bool = False
+    #: How `thread/inject_items` reaches the CLI: `native`, or `transcript` (a transcript
+    #: block sent once with the next turn).
+    inject_items: Literal["native", "transcript"] = "transcript"
     #: How threadline runs the CLI in this mode (process model and command line).
     invocation: str = ""
     #: How a thread's role (baseInstructions/developerInstructions) reaches the agent.
