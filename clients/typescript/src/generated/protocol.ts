@@ -93,13 +93,21 @@ export interface ApprovalAutoDecidedNotification {
  */
 export interface BackendCapabilities {
   approvals: boolean;
+  compact?: boolean;
   deltas: boolean;
+  fork?: boolean;
   images?: boolean;
+  injectItems?: "native" | "transcript";
   interrupt: boolean;
   invocation?: string;
+  outputSchema?: boolean;
+  overrides?: {
+    [k: string]: "native" | "restart" | "unsupported" | undefined;
+  };
   reasoning: boolean;
   resume: boolean;
   roleInjection?: string;
+  steer?: boolean;
 }
 export interface BackendInfo {
   available: boolean;
