@@ -85,6 +85,9 @@ class CodexAppServerSession(LiveCliSession):
             self._pending.add("sandboxPolicy")
         #: The model Codex opened the thread with (sent when the thread's model is reset).
         self._default_model: str | None = None
+        #: Set once the turn being started has its Codex turn id (or failed to start).
+        self._started = trio.Event()
+        self._started.set()
         #: A `thread/compact/start` runs (its turn id comes with `turn/started`).
         self._compacting = False
 
@@ -331,12 +334,15 @@ class CodexAppServerSession(LiveCliSession):
         }
         if turn.output_schema is not None:
             params["outputSchema"] = turn.output_schema  # this turn only (Codex's rule)
+        self._started = trio.Event()
         try:
             result = await self.request("turn/start", params)
         except ResponseError as exc:
             raise b.BackendError(
                 f"codex rejected the turn: {exc.message}", codex_error_info="other"
             ) from None
+        finally:
+            self._started.set()
         self._pending.clear()
         self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
         return await self._follow(ctx)
@@ -361,7 +367,11 @@ class CodexAppServerSession(LiveCliSession):
     async def steer(self, turn: b.TurnInput) -> None:
         """Codex's `turn/steer`: the input joins the running turn (Codex drops the response
         in flight and samples again with it)."""
-        if self._turn_id is None or self._compacting or self.codex_thread_id is None:
+        if self._compacting:
+            raise b.BackendError("codex cannot add input to a compaction")
+        with trio.move_on_after(10):
+            await self._started.wait()  # a turn being started has its id soon
+        if self._turn_id is None or self.codex_thread_id is None:
             raise b.BackendError("codex has no running turn to steer")
         params = {
             "threadId": self.codex_thread_id,

@@ -44,9 +44,11 @@ def mention_text(item: MentionInput) -> str:
 def app_server_input(inputs: list[UserInput], cwd: str) -> list[dict[str, Any]]:
     """`turn/start.input` / `turn/steer.input` for the app-server: Codex's items as they are
     (a relative `localImage` path made absolute against the thread's cwd), a file mention as
-    text."""
+    text. An http(s) image is a BackendError, as in exec mode."""
     out: list[dict[str, Any]] = []
     for item in inputs:
+        if isinstance(item, ImageInput) and not (item.url or "").startswith("data:"):
+            raise b.BackendError(REMOTE_IMAGE, codex_error_info="badRequest")
         if isinstance(item, MentionInput) and not _native_mention(item):
             out.append({"type": "text", "text": mention_text(item), "text_elements": []})
             continue
