@@ -39,6 +39,8 @@ COMPACT_PROMPT = "CONTEXT CHECKPOINT COMPACTION"  # Codex's own compaction reque
 SUMMARY = "SUMMARY-7: the thread so far, compacted."
 INJECTED = "INJECTED-FACT-3: the deploy key rotates on Fridays."
 STALL_MS = 60_000
+OTHER_MODEL = "gpt-6-luna"  # in codex's bundled catalogue: no "model metadata" warning
+FOREIGN = "claude-sonnet-4-5"  # the claude backend's
 
 
 def script(env: CodexEnv) -> None:
@@ -62,6 +64,12 @@ def last_user_content(request: RecordedRequest) -> list[dict[str, Any]]:
     """The content parts of the request's last user message."""
     [*_, last] = [i for i in request.input if i.get("role") == "user"]
     return list(last["content"])
+
+
+def reasoning(request: RecordedRequest) -> tuple[str, str]:
+    """The request's reasoning effort and summary."""
+    wanted = body(request)["reasoning"]
+    return wanted["effort"], wanted["summary"]
 
 
 def images(request: RecordedRequest) -> list[str]:
@@ -99,32 +107,42 @@ def warnings(events: list[Any]) -> list[str]:
 
 
 async def check_overrides_and_images(env: CodexEnv, srv: ServerProcess, tid: str) -> None:
-    """Images, model, effort, summary and output schema reach the model; all but the schema
-    stay for the next turn."""
+    """Images reach the model as `input_image`s; another provider's model name is dropped
+    with a warning (Codex's default model runs); model, effort, summary and output schema
+    reach the model, and all but the schema stay for the next turn."""
     (env.work / "dot.png").write_bytes(PNG)
     inputs = [
         {"type": "text", "text": "describe the picture"},
         {"type": "localImage", "path": "dot.png"},
         {"type": "image", "url": PNG_URL},
     ]
-    overrides = {"model": "gpt-5.4", "effort": "high", "summary": "detailed"}
-    t1, events = await turn_with(srv, tid, inputs, outputSchema=SCHEMA, **overrides)
+    t1, events = await turn_with(srv, tid, inputs, model=FOREIGN)
     assert t1["status"] == "completed", t1
-    assert agent_text(events) == '{"answer": 1}'
+    [warning] = [w for w in warnings(events) if FOREIGN in w]
+    assert "not a codex model" in warning, warning
     request = env.fake.model_requests[-1]
     assert images(request) == [PNG_URL, PNG_URL]  # the local file read, the data URL as is
-    assert body(request)["model"] == "gpt-5.4"
-    assert body(request)["reasoning"] == {"effort": "high", "summary": "detailed"}
+    assert body(request)["model"] == MODEL  # the one config.toml names
+    assert FOREIGN not in json.dumps(body(request))
+
+    overrides = {"model": OTHER_MODEL, "effort": "high", "summary": "detailed"}
+    t2, events = await turn_with(srv, tid, "describe the picture", outputSchema=SCHEMA, **overrides)
+    assert t2["status"] == "completed", t2
+    assert agent_text(events) == '{"answer": 1}'
+    assert not [w for w in warnings(events) if "not a codex model" in w]
+    request = env.fake.model_requests[-1]
+    assert body(request)["model"] == OTHER_MODEL
+    assert reasoning(request) == ("high", "detailed")
     assert body(request)["text"]["format"]["type"] == "json_schema"
     assert body(request)["text"]["format"]["schema"] == SCHEMA
-
-    t2, _ = await turn_with(srv, tid, "describe the picture again")
-    assert t2["status"] == "completed", t2
-    request = env.fake.model_requests[-1]
-    assert body(request)["model"] == "gpt-5.4"
-    assert body(request)["reasoning"] == {"effort": "high", "summary": "detailed"}
-    assert "format" not in (body(request).get("text") or {})  # the schema was that turn's only
     assert images(request) == []
+
+    t3, _ = await turn_with(srv, tid, "describe the picture again")
+    assert t3["status"] == "completed", t3
+    request = env.fake.model_requests[-1]
+    assert body(request)["model"] == OTHER_MODEL
+    assert reasoning(request) == ("high", "detailed")
+    assert "format" not in (body(request).get("text") or {})  # the schema was that turn's only
 
 
 async def check_steer(env: CodexEnv, srv: ServerProcess, tid: str) -> None:
@@ -148,9 +166,9 @@ async def check_steer(env: CodexEnv, srv: ServerProcess, tid: str) -> None:
     request = env.fake.model_requests[-1]
     assert request.locate()[0] == "STEER-NOW"
     assert "stall now" in request.user_texts  # the same Codex turn, its start still there
-    # the steered input is shown once, as the client's
-    user = [i for i in items_completed(events, "userMessage")]
-    assert [c.get("text") for i in user for c in i["content"]] == ["STEER-NOW"], user
+    # the turn's input and the steered input, each shown once
+    user = items_completed(events, "userMessage")
+    assert [c.get("text") for i in user for c in i["content"]] == ["stall now", "STEER-NOW"]
 
 
 async def check_inject_and_compact(env: CodexEnv, srv: ServerProcess, tid: str) -> None:
@@ -205,6 +223,18 @@ async def check_fork(env: CodexEnv, srv: ServerProcess, tid: str, **params: Any)
     assert forked.headers.get("thread-id") != source.headers.get("thread-id")
 
 
+async def check_kept_after_restart(env: CodexEnv, nursery: trio.Nursery, tid: str) -> None:
+    """A new threadline resumes the thread with its model, effort and summary."""
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        t, _ = await turn_with(srv, tid, "describe the picture once more")
+        assert t["status"] == "completed", t
+    request = env.fake.model_requests[-1]
+    assert body(request)["model"] == OTHER_MODEL
+    assert reasoning(request) == ("high", "detailed")
+
+
 async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) -> None:
     env = codex_env
     script(env)
@@ -212,11 +242,11 @@ async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: Code
         tid = await env.open_thread(srv)
         t0 = time.monotonic()
         await check_overrides_and_images(env, srv, tid)
-        env.timings["images + overrides (2 turns)"] = time.monotonic() - t0
+        env.timings["images + overrides (3 turns)"] = time.monotonic() - t0
         # model/list: Codex's own list, from the thread's running app-server
         models = (await srv.call("model/list", {}))["data"]
         codex = [m for m in models if m["id"].startswith("codex/")]
-        assert MODEL in [m["model"] for m in codex] and "gpt-5.4" in [m["model"] for m in codex]
+        assert MODEL in [m["model"] for m in codex] and OTHER_MODEL in [m["model"] for m in codex]
         assert sum(m["isDefault"] for m in codex) == 1, codex
         t0 = time.monotonic()
         await check_steer(env, srv, tid)
@@ -227,6 +257,7 @@ async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: Code
         t0 = time.monotonic()
         await check_inject_and_compact(env, srv, tid)
         env.timings["inject + compact"] = time.monotonic() - t0
+    await check_kept_after_restart(env, nursery, tid)
 
 
 async def test_exec_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) -> None:
@@ -238,7 +269,7 @@ async def test_exec_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) 
         tid = await env.open_thread(srv, config={"mode": "exec"})
         t0 = time.monotonic()
         await check_overrides_and_images(env, srv, tid)
-        env.timings["images + overrides (2 spawns)"] = time.monotonic() - t0
+        env.timings["images + overrides (3 spawns)"] = time.monotonic() - t0
         t0 = time.monotonic()
         await check_fork(env, srv, tid)
         env.timings["fork (2 spawns)"] = time.monotonic() - t0
@@ -256,3 +287,4 @@ async def test_exec_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) 
 
         error = await srv.error("thread/compact/start", {"threadId": tid})
         assert "compact" in error["message"] and "codex" in error["message"].lower(), error
+    await check_kept_after_restart(env, nursery, tid)

@@ -34,7 +34,7 @@ from .invocation import (
 )
 from .mcp import APPROVAL_KIND, mcp_config, with_error
 from .models import codex_models
-from .overrides import turn_overrides
+from .overrides import own_model, turn_overrides
 from .spec import SPEC
 
 log = logging.getLogger("threadline.backend.codex")
@@ -226,7 +226,8 @@ class CodexAppServerSession(LiveCliSession):
         result = await self._open_thread(params)
         thread = (result or {}).get("thread") or {}
         self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
-        self._default_model = (result or {}).get("model") if not self.settings.model else None
+        if own_model(self.settings) is None:
+            self._default_model = (result or {}).get("model")
         self._logged_out = await self._no_login()
 
     async def _open_thread(self, params: dict[str, Any]) -> Any:
@@ -349,7 +350,7 @@ class CodexAppServerSession(LiveCliSession):
 
     async def _overrides(self) -> dict[str, Any]:
         """The `turn/start` overrides pending (see `_pending`)."""
-        reset = "model" in self._pending and not self.settings.model
+        reset = "model" in self._pending and own_model(self.settings) is None
         if reset and self._default_model is None:
             # The thread opened with a model of its own: the default is Codex's configured one.
             try:

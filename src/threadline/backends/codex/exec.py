@@ -159,6 +159,8 @@ class CodexExecSession(PerTurnCliSession):
         #: The running turn's image files and output schema file (`argv`).
         self._images: list[str] = []
         self._schema_file: str | None = None
+        #: The reasoning summary changed since the session was made (`argv` forks it).
+        self._summary_changed = False
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -182,7 +184,11 @@ class CodexExecSession(PerTurnCliSession):
         argv += [f"--image={path}" for path in self._images]
         if self._schema_file is not None:
             argv += ["--output-schema", self._schema_file]
-        if s.backend_session_id:
+        if s.backend_session_id and self._summary_changed:
+            # `exec resume` keeps the session's reasoning summary whatever `-c` says (0.169.0);
+            # a fork of the session takes the new one, with the whole history.
+            argv += ["fork", s.backend_session_id]
+        elif s.backend_session_id:
             argv += ["resume", s.backend_session_id]
         elif s.fork_of:
             # A forked thread's first turn: a new session with the source's history (the
@@ -214,7 +220,10 @@ class CodexExecSession(PerTurnCliSession):
                 self._images, self._schema_file = [], None
 
     async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
-        return frozenset()  # every spawn reads the thread's settings
+        """Every spawn reads the thread's settings; a new reasoning summary needs the
+        session forked (see `argv`)."""
+        self._summary_changed |= "summary" in changed
+        return frozenset()
 
     async def _run(
         self, turn: b.TurnInput, prefix: str, ctx: b.TurnContext
@@ -251,6 +260,8 @@ class CodexExecSession(PerTurnCliSession):
         (Separate from the process loop so recorded transcripts can be replayed through it.)"""
         etype = event.get("type")
         if etype == "thread.started" and isinstance(event.get("thread_id"), str):
+            if event["thread_id"] != self.settings.backend_session_id:
+                self._summary_changed = False  # a new session: it has the thread's summary
             self.settings.backend_session_id = event["thread_id"]
             await ctx.set_backend_session_id(event["thread_id"])
         elif etype in ("item.started", "item.updated", "item.completed"):

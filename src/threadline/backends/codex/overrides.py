@@ -11,7 +11,7 @@ import msgspec
 from ... import protocol as p
 from .. import base as b
 
-__all__ = ["exec_setting_flags", "sandbox_policy", "turn_overrides"]
+__all__ = ["exec_setting_flags", "own_model", "sandbox_policy", "turn_overrides"]
 
 #: A sandbox mode (`thread/start.sandbox`, `codex exec -s`) as Codex's `SandboxPolicy`.
 _MODE_POLICY: dict[str, dict[str, Any]] = {
@@ -38,7 +38,8 @@ def sandbox_policy(settings: b.SessionSettings) -> dict[str, Any] | None:
     return _MODE_POLICY.get(settings.sandbox or "")
 
 
-def _model(settings: b.SessionSettings) -> str | None:
+def own_model(settings: b.SessionSettings) -> str | None:
+    """The thread's model for Codex; None for Codex's default (none set, or `default`)."""
     return settings.model if settings.model and settings.model != "default" else None
 
 
@@ -49,8 +50,8 @@ def turn_overrides(
     reset to the default is sent as the model Codex opened the thread with (`default_model`):
     Codex keeps the last model it was given otherwise."""
     params: dict[str, Any] = {}
-    if "model" in fields and (_model(settings) or default_model):
-        params["model"] = _model(settings) or default_model
+    if "model" in fields and (own_model(settings) or default_model):
+        params["model"] = own_model(settings) or default_model
     if "effort" in fields and settings.effort:
         params["effort"] = settings.effort
     if "summary" in fields and settings.summary:
@@ -87,7 +88,7 @@ def exec_setting_flags(settings: b.SessionSettings) -> list[str]:
     `never` runs without sandbox or approvals (exec cannot ask anyway); any other runs in the
     thread's sandbox, read-only by default."""
     flags: list[str] = []
-    if model := _model(settings):
+    if model := own_model(settings):
         flags += ["--model", model]
     if settings.effort:
         flags += ["-c", f"model_reasoning_effort={json.dumps(settings.effort)}"]
