@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,10 +41,20 @@ SUMMARY = "SUMMARY-7: the thread so far, compacted."
 INJECTED = "INJECTED-FACT-3: the deploy key rotates on Fridays."
 STALL_MS = 60_000
 OTHER_MODEL = "gpt-6-luna"  # in codex's bundled catalogue: no "model metadata" warning
+SKILL_BODY = "SKILL-BODY-5: sort the imports first."
 FOREIGN = "claude-sonnet-4-5"  # the claude backend's
 
 
-def script(env: CodexEnv) -> None:
+def skill_file(env: CodexEnv) -> Path:
+    """A skill of the work dir's (Codex loads a thread's skills when it starts the thread)."""
+    return env.work / ".codex" / "skills" / "tidy" / "SKILL.md"
+
+
+def prepare(env: CodexEnv) -> None:
+    """The fake's answers, and a skill in the work dir."""
+    skill = skill_file(env)
+    skill.parent.mkdir(parents=True)
+    skill.write_text(f"---\nname: tidy\ndescription: tidies up\n---\n{SKILL_BODY}\n")
     env.script(
         Rule("describe the picture", ['{"answer": 1}']),
         Rule(
@@ -109,7 +120,7 @@ def warnings(events: list[Any]) -> list[str]:
 async def check_overrides_and_images(env: CodexEnv, srv: ServerProcess, tid: str) -> None:
     """Images reach the model as `input_image`s; another provider's model name is dropped
     with a warning (Codex's default model runs); model, effort, summary and output schema
-    reach the model, and all but the schema stay for the next turn."""
+    reach the model, and all but the schema stay for the next turn; skills and mentions."""
     (env.work / "dot.png").write_bytes(PNG)
     inputs = [
         {"type": "text", "text": "describe the picture"},
@@ -137,9 +148,16 @@ async def check_overrides_and_images(env: CodexEnv, srv: ServerProcess, tid: str
     assert body(request)["text"]["format"]["schema"] == SCHEMA
     assert images(request) == []
 
-    t3, _ = await turn_with(srv, tid, "describe the picture again")
+    # a skill goes in as Codex's own (its SKILL.md reaches the model), a file mention as text
+    inputs = [
+        {"type": "text", "text": "describe the picture again"},
+        {"type": "skill", "name": "tidy", "path": str(skill_file(env))},
+        {"type": "mention", "name": "notes", "path": "notes.md"},
+    ]
+    t3, _ = await turn_with(srv, tid, inputs)
     assert t3["status"] == "completed", t3
     request = env.fake.model_requests[-1]
+    assert SKILL_BODY in text_of(request) and "@notes.md" in text_of(request)
     assert body(request)["model"] == OTHER_MODEL
     assert reasoning(request) == ("high", "detailed")
     assert "format" not in (body(request).get("text") or {})  # the schema was that turn's only
@@ -237,7 +255,7 @@ async def check_kept_after_restart(env: CodexEnv, nursery: trio.Nursery, tid: st
 
 async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) -> None:
     env = codex_env
-    script(env)
+    prepare(env)
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv)
         t0 = time.monotonic()
@@ -264,7 +282,7 @@ async def test_exec_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) 
     """`codex exec`: the same settings as flags of each spawn, a fork by `codex exec fork`;
     injected items go in as a transcript block with the next turn; no compaction."""
     env = codex_env
-    script(env)
+    prepare(env)
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv, config={"mode": "exec"})
         t0 = time.monotonic()
