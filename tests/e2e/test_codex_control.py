@@ -241,6 +241,19 @@ async def check_fork(env: CodexEnv, srv: ServerProcess, tid: str, **params: Any)
     assert forked.headers.get("thread-id") != source.headers.get("thread-id")
 
 
+async def check_sandbox_and_cwd(env: CodexEnv, srv: ServerProcess, tid: str) -> None:
+    """A new sandbox policy and cwd reach Codex: the environment it describes to the model
+    changes (its cwd, and a workspace-write sandbox's writable root)."""
+    other = env.tmp / "elsewhere"
+    other.mkdir()
+    policy = {"type": "workspaceWrite", "networkAccess": False}
+    t, _ = await turn_with(srv, tid, "where are we", sandboxPolicy=policy, cwd=str(other))
+    assert t["status"] == "completed", t
+    [*_, context] = [u for u in env.fake.user_texts(-1) if "<environment_context>" in u]
+    assert f"<cwd>{other}</cwd>" in context, context
+    assert f'<entry access="write"><path>{other}</path>' in context, context
+
+
 async def check_kept_after_restart(env: CodexEnv, nursery: trio.Nursery, tid: str) -> None:
     """A new threadline resumes the thread with its model, effort and summary."""
     async with env.server(nursery) as srv:
@@ -275,6 +288,7 @@ async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: Code
         t0 = time.monotonic()
         await check_inject_and_compact(env, srv, tid)
         env.timings["inject + compact"] = time.monotonic() - t0
+        await check_sandbox_and_cwd(env, srv, tid)
     await check_kept_after_restart(env, nursery, tid)
 
 
@@ -305,4 +319,5 @@ async def test_exec_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) 
 
         error = await srv.error("thread/compact/start", {"threadId": tid})
         assert "compact" in error["message"] and "codex" in error["message"].lower(), error
+        await check_sandbox_and_cwd(env, srv, tid)
     await check_kept_after_restart(env, nursery, tid)

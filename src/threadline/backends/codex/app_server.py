@@ -43,6 +43,9 @@ log = logging.getLogger("threadline.backend.codex")
 #: about 1 s, then leaves a slower server's tools out of the model's request).
 _MCP_START_WAIT = 30.0
 _MCP_STARTED = ("ready", "failed", "cancelled")
+#: How long a steer waits for the turn being started to get its Codex turn id (the first
+#: turn waits for the thread's MCP servers first).
+_STEER_WAIT = _MCP_START_WAIT + 10
 
 
 class CodexAppServerSession(LiveCliSession):
@@ -323,6 +326,22 @@ class CodexAppServerSession(LiveCliSession):
         return self.codex_thread_id
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        self._started = trio.Event()
+        try:
+            params = await self._turn_params(turn, ctx)
+            result = await self.request("turn/start", params)
+        except ResponseError as exc:
+            raise b.BackendError(
+                f"codex rejected the turn: {exc.message}", codex_error_info="other"
+            ) from None
+        finally:
+            self._started.set()
+        self._pending.clear()
+        self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
+        return await self._follow(ctx)
+
+    async def _turn_params(self, turn: b.TurnInput, ctx: b.TurnContext) -> dict[str, Any]:
+        """Get the app-server ready for the turn; the turn's `turn/start` params."""
         thread_id = await self._ready(ctx)
         if turn.bootstrap:
             # Codex takes the role natively as developer instructions (thread/start).
@@ -335,18 +354,7 @@ class CodexAppServerSession(LiveCliSession):
         }
         if turn.output_schema is not None:
             params["outputSchema"] = turn.output_schema  # this turn only (Codex's rule)
-        self._started = trio.Event()
-        try:
-            result = await self.request("turn/start", params)
-        except ResponseError as exc:
-            raise b.BackendError(
-                f"codex rejected the turn: {exc.message}", codex_error_info="other"
-            ) from None
-        finally:
-            self._started.set()
-        self._pending.clear()
-        self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
-        return await self._follow(ctx)
+        return params
 
     async def _overrides(self) -> dict[str, Any]:
         """The `turn/start` overrides pending (see `_pending`)."""
@@ -370,7 +378,7 @@ class CodexAppServerSession(LiveCliSession):
         in flight and samples again with it)."""
         if self._compacting:
             raise b.BackendError("codex cannot add input to a compaction")
-        with trio.move_on_after(10):
+        with trio.move_on_after(_STEER_WAIT):
             await self._started.wait()  # a turn being started has its id soon
         if self._turn_id is None or self.codex_thread_id is None:
             raise b.BackendError("codex has no running turn to steer")
