@@ -113,6 +113,10 @@ async def turn_with(
     return done["params"]["turn"], events
 
 
+def rollouts(env: CodexEnv, session: str) -> list[Path]:
+    return list(env.codex_home.glob(f"*sessions/**/rollout-*-{session}.jsonl"))
+
+
 def warnings(events: list[Any]) -> list[str]:
     return [str(e["params"]["message"]) for e in notifications(events, "warning")]
 
@@ -255,15 +259,21 @@ async def check_sandbox_and_cwd(env: CodexEnv, srv: ServerProcess, tid: str) -> 
 
 
 async def check_kept_after_restart(env: CodexEnv, nursery: trio.Nursery, tid: str) -> None:
-    """A new threadline resumes the thread with its model, effort and summary."""
+    """A new threadline resumes the thread with its model, effort and summary; deleting the
+    thread with its CLI session removes Codex's files of it."""
     async with env.server(nursery) as srv:
         await srv.initialize()
         await srv.call("thread/resume", {"threadId": tid})
         t, _ = await turn_with(srv, tid, "describe the picture once more")
         assert t["status"] == "completed", t
-    request = env.fake.model_requests[-1]
-    assert body(request)["model"] == OTHER_MODEL
-    assert reasoning(request) == ("high", "detailed")
+        request = env.fake.model_requests[-1]
+        assert body(request)["model"] == OTHER_MODEL
+        assert reasoning(request) == ("high", "detailed")
+        # thread/delete with deleteBackendSession: Codex's rollout of the thread goes too
+        session = env.thread_record(tid)["backend_session_id"]
+        assert rollouts(env, session)
+        await srv.call("thread/delete", {"threadId": tid, "deleteBackendSession": True})
+        assert not rollouts(env, session)
 
 
 async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) -> None:

@@ -21,11 +21,12 @@ the sandbox or approval policy (we send them again).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from ... import protocol as p
 from .. import base as b
+from ..kit.session_files import codex_rollouts
 from ..kit.spawn import running
 from .app_server import CodexAppServerSession
 from .exec import CodexExecSession
@@ -56,6 +57,10 @@ class CodexBackend(b.Backend):
                 yield session
             finally:
                 self._live.remove(session)
+
+    def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
+        """Codex's rollout files of the thread (`$CODEX_HOME/sessions/…`, archived ones too)."""
+        return codex_rollouts(env, session_id)
 
     async def list_models(self) -> list[p.Model]:
         """Codex's own `model/list`, from an app-server running for one of the threads; the
