@@ -1,8 +1,10 @@
 """The control surface on the Codex backend (#17), end to end: threadline as a subprocess
 driving the real `codex` CLI against the fake Responses API. Each check is on what the model
-API receives: images in its own `input_image` form, the model, reasoning effort and summary,
-the output schema (`text.format`), steered input within the running turn, a fork's history,
-the compaction request, injected items.
+API receives: images in its own `input_image` form, skills and file mentions, the model
+(another provider's name dropped), reasoning effort and summary, the output schema
+(`text.format`), the sandbox and cwd (Codex's environment context), steered input within the
+running turn, a fork's history, the compaction request, injected items; all kept after a
+restart, and Codex's files gone with `thread/delete`.
 
 One test per mode, each a thread's life through every control (a fresh CLI per check would
 cost seconds each)."""
