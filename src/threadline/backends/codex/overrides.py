@@ -84,9 +84,9 @@ def _workspace_flags(policy: p.SandboxPolicy | None) -> list[str]:
 
 
 def exec_setting_flags(settings: b.SessionSettings) -> list[str]:
-    """`codex exec` flags for the thread's model, reasoning and sandbox. Approval policy
-    `never` runs without sandbox or approvals (exec cannot ask anyway); any other runs in the
-    thread's sandbox, read-only by default."""
+    """`codex exec` flags for the thread's model, reasoning and sandbox. The thread's sandbox
+    when it has one; else read-only, or none at all under approval policy `never` (exec
+    cannot ask anyway)."""
     flags: list[str] = []
     if model := own_model(settings):
         flags += ["--model", model]
@@ -94,8 +94,8 @@ def exec_setting_flags(settings: b.SessionSettings) -> list[str]:
         flags += ["-c", f"model_reasoning_effort={json.dumps(settings.effort)}"]
     if settings.summary:
         flags += ["-c", f"model_reasoning_summary={json.dumps(settings.summary)}"]
-    if settings.approval_policy == "never":
-        return [*flags, "--dangerously-bypass-approvals-and-sandbox"]
     policy = sandbox_policy(settings)
+    if policy is None and settings.approval_policy == "never":
+        return [*flags, "--dangerously-bypass-approvals-and-sandbox"]
     mode = _POLICY_MODE.get(str((policy or {}).get("type")), "read-only")
     return [*flags, "-s", mode, *_workspace_flags(settings.sandbox_policy)]
