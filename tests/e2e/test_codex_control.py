@@ -291,6 +291,12 @@ async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: Code
         codex = [m for m in models if m["id"].startswith("codex/")]
         assert MODEL in [m["model"] for m in codex] and OTHER_MODEL in [m["model"] for m in codex]
         assert sum(m["isDefault"] for m in codex) == 1, codex
+        # an image by http(s) URL: Codex refuses those; the turn fails saying what to send
+        before = len(env.fake.model_requests)
+        remote = [{"type": "image", "url": "https://example.com/cat.png"}]
+        t, _ = await turn_with(srv, tid, [{"type": "text", "text": "and this?"}, *remote])
+        assert t["status"] == "failed" and "data: URL" in t["error"]["message"], t
+        assert len(env.fake.model_requests) == before
         t0 = time.monotonic()
         await check_steer(env, srv, tid)
         env.timings["steer"] = time.monotonic() - t0
