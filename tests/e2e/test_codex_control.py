@@ -291,11 +291,14 @@ async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: Code
         codex = [m for m in models if m["id"].startswith("codex/")]
         assert MODEL in [m["model"] for m in codex] and OTHER_MODEL in [m["model"] for m in codex]
         assert sum(m["isDefault"] for m in codex) == 1, codex
-        # an image by http(s) URL: Codex refuses those; the turn fails saying what to send
+        # an image by http(s) URL: Codex refuses those, so threadline does before the turn
         before = len(env.fake.model_requests)
-        remote = [{"type": "image", "url": "https://example.com/cat.png"}]
-        t, _ = await turn_with(srv, tid, [{"type": "text", "text": "and this?"}, *remote])
-        assert t["status"] == "failed" and "data: URL" in t["error"]["message"], t
+        remote = [
+            {"type": "text", "text": "and this?"},
+            {"type": "image", "url": "https://example.com/cat.png"},
+        ]
+        error = await srv.error("turn/start", {"threadId": tid, "input": remote})
+        assert error["code"] == -32602 and "data: URL" in error["message"], error
         assert len(env.fake.model_requests) == before
         t0 = time.monotonic()
         await check_steer(env, srv, tid)
