@@ -56,6 +56,98 @@ def _setup_logging() -> None:
         )
 
 
+def _add_listen_options(parser: Any) -> None:
+    """Codex's `app-server` transport options."""
+    parser.add_argument(
+        "--listen",
+        default="stdio://",
+        metavar="URL",
+        help="stdio:// (default), ws://IP:PORT (port 0: pick one; the bound URL is printed on "
+        "stderr) or unix://PATH (see docs/remote.md)",
+    )
+    parser.add_argument(
+        "--ws-auth", choices=["capability-token", "signed-bearer-token"], help="WebSocket auth"
+    )
+    parser.add_argument("--ws-token-file", metavar="PATH", help="capability-token file")
+    parser.add_argument("--ws-token-sha256", metavar="HEX", help="the token's SHA-256 digest")
+    parser.add_argument("--ws-shared-secret-file", metavar="PATH", help="HS256 JWT secret file")
+    parser.add_argument("--ws-issuer", metavar="ISSUER", help="expected JWT issuer")
+    parser.add_argument("--ws-audience", metavar="AUDIENCE", help="expected JWT audience")
+    parser.add_argument(
+        "--ws-max-clock-skew-seconds", type=int, metavar="SECONDS", help="JWT leeway (30)"
+    )
+
+
+def _listen_setup(args: Any) -> tuple[Any, Any] | int:
+    """(address, auth) from the options, or the exit status after saying what is wrong."""
+    from .home import default_root
+    from .remote.address import parse_listen
+    from .remote.auth import AuthOptions, load_auth
+
+    try:
+        address = parse_listen(args.listen, str(default_root() / "app-server.sock"))
+        auth = load_auth(
+            AuthOptions(
+                mode=args.ws_auth,
+                token_file=args.ws_token_file,
+                token_sha256=args.ws_token_sha256,
+                shared_secret_file=args.ws_shared_secret_file,
+                issuer=args.ws_issuer,
+                audience=args.ws_audience,
+                max_clock_skew=args.ws_max_clock_skew_seconds,
+            )
+        )
+    except ValueError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        return 2
+    if not address.loopback and auth.mode is None:
+        print(
+            f"threadline: --listen {args.listen} binds a non-loopback address without "
+            "authentication; add --ws-auth (see docs/remote.md) or bind 127.0.0.1 and use SSH",
+            file=sys.stderr,
+        )
+        return 1
+    return address, auth
+
+
+def _serve_listener(address: Any, auth: Any) -> int:
+    """Serve on a WebSocket or unix-socket listener (several clients; see remote/serve.py)."""
+    from .home import default_root
+    from .server.config import ConfigError, ServerConfig
+
+    try:
+        config = ServerConfig.from_env()
+    except ConfigError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        return 2
+    if config.backend_set:
+        problem = _unusable_backend(config.default_backend, config.cli_path)
+        if problem:
+            print(f"threadline: {problem}", file=sys.stderr)
+            return 2
+    root = default_root()
+    _setup_logging()
+    if _has_ledgers(root / "run"):
+        _reap_stale(root / "run")
+
+    import trio
+
+    from .backends.instances import create_backends
+    from .procs.ledger import ProcessLedger, set_ledger
+    from .remote.serve import ListenerServer
+    from .remote.sockets import ListenError
+    from .store import ThreadStore
+
+    set_ledger(ProcessLedger(root / "run"))
+    server = ListenerServer(config, ThreadStore(root), create_backends(), address, auth)
+    try:
+        trio.run(server.run)
+    except ListenError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     # Only light modules until `initialize` is answered (see server/handshake.py): a client
     # waits for that answer first, and the engine's imports cost more than the answer itself.
@@ -293,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"threadline {__version__}")
+    _add_listen_options(parser)
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("serve", help="serve JSON-RPC on stdin/stdout (the default)")
+    _add_listen_options(sub.add_parser("serve", help="serve JSON-RPC (stdio by default)"))
     app_server = sub.add_parser(
         "app-server",
         help="`serve`, under `codex app-server`'s command line",
@@ -302,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "Codex clients can run threadline as their codex binary. Codex feature flags and "
         "config overrides are not threadline's: they are ignored (with a log warning).",
     )
-    app_server.add_argument("--listen", default="stdio://", help="only stdio:// is supported")
+    _add_listen_options(app_server)
     app_server.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     app_server.add_argument("--enable", action="append", default=[], metavar="FEATURE")
     app_server.add_argument("--disable", action="append", default=[], metavar="FEATURE")
@@ -316,14 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command in (None, "serve", "app-server"):
+        setup = _listen_setup(args)
+        if isinstance(setup, int):
+            return setup
+        if setup[0].kind != "stdio":
+            return _serve_listener(*setup)
     if args.command in (None, "serve"):
         return _serve()
     if args.command == "app-server":
-        if args.listen != "stdio://":
-            print(
-                f"threadline: --listen {args.listen}: only stdio:// is supported", file=sys.stderr
-            )
-            return 2
         ignored = [f"-c {c}" for c in args.config] + [f"--enable {f}" for f in args.enable]
         ignored += [f"--disable {f}" for f in args.disable]
         return _serve(tuple(ignored))

@@ -61,10 +61,15 @@ class Connection:
         """Serve until EOF on `stream`. Handler tasks run in an inner nursery, so when this
         returns every request has been answered (or cancelled from outside)."""
         reader = LineReader(stream, max_line=max(self._max_line, 1))
+        await self.serve_messages(reader.receive_line)
+
+    async def serve_messages(self, receive: Callable[[], Awaitable[bytes | None]]) -> None:
+        """Serve the messages `receive` returns (None at the end; `LineTooLong` for one that
+        was skipped) — lines of a byte stream, or a WebSocket's text frames."""
         async with trio.open_nursery() as nursery:
             while True:
                 try:
-                    line = await reader.receive_line()
+                    line = await receive()
                 except LineTooLong as exc:
                     log.warning("skipped an oversized request line: %s", exc)
                     await self.peer.respond_error(

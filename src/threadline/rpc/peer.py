@@ -128,6 +128,8 @@ class Peer:
         if self._closed:
             raise PeerGone("client disconnected")
         rid = self.allocate_id() if request_id is None else request_id
+        # Ids may come from a shared counter (several connections): count them as issued.
+        self._next_id = max(self._next_id, rid + 1)
         send, recv = trio.open_memory_channel[PeerResponse](1)
         self._pending[rid] = send
         try:

@@ -1,0 +1,241 @@
+"""The listener server (`--listen ws://IP:PORT` or `unix://PATH`): one engine shared by every
+connection, each connection a WebSocket carrying one JSON-RPC message per text frame.
+
+Each connection initializes on its own and has its own `Peer`; the engine talks to them all
+through the `Hub`, which routes a thread's notifications and requests to the connections
+attached to it (see server/hub.py). A connection that goes away leaves its threads running.
+SIGTERM/SIGINT/SIGHUP stop accepting, end every turn, close every connection and remove the
+unix socket."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
+
+from ..backends.base import Backend
+from ..protocol import CLIENT_METHODS, InitializeParams, InitializeResponse
+from ..rpc.connection import Connection, Reply
+from ..rpc.dispatch import Dispatcher, PreparedCall
+from ..rpc.errors import INVALID_REQUEST
+from ..rpc.peer import Peer
+from ..server import routes
+from ..server.app import OUTBOX_SIZE, backend_infos
+from ..server.config import ServerConfig
+from ..server.handshake import initialize_response, opt_out_methods
+from ..server.hub import Hub
+from ..server.service import ThreadService
+from ..store import ThreadStore
+from .address import ListenAddress
+from .auth import WsAuth
+from .gate import HEALTH_PATHS, Replay, answer, read_head
+from .sockets import open_listeners
+
+__all__ = ["ListenerServer"]
+
+log = logging.getLogger("threadline.listen")
+
+#: Seconds a connection may take to send its HTTP request head.
+HEAD_TIMEOUT = 10.0
+#: Methods whose caller is attached to the thread they answer with.
+_ATTACHING = ("thread/start", "thread/resume", "thread/fork")
+
+
+class ListenerServer:
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: ThreadStore,
+        backends: Mapping[str, Backend],
+        address: ListenAddress,
+        auth: WsAuth,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.backends = dict(backends)
+        self.address = address
+        self.auth = auth
+        self.hub = Hub()
+        self.service: ThreadService | None = None
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, banner: Callable[[str], None] | None = None) -> None:
+        """Serve until stopped (a signal, or `stop()`)."""
+        listeners, cleanup = await open_listeners(self.address)
+        try:
+            async with trio.open_nursery() as root:
+                root.start_soon(self._watch_signals)
+                async with trio.open_nursery() as engine:
+                    self.service = ThreadService(
+                        config=self.config,
+                        store=self.store,
+                        peer=self.hub,
+                        backends=self.backends,
+                        nursery=engine,
+                    )
+                    async with trio.open_nursery() as conns:
+                        conns.start_soon(trio.serve_listeners, self._handle, listeners)
+                        (banner or _print_banner)(self._url(listeners))
+                        await self._stop.wait()
+                        log.info("shutting down")
+                        await self.service.shutdown()
+                        self.hub.close()
+                        conns.cancel_scope.cancel()
+                    engine.cancel_scope.cancel()
+                root.cancel_scope.cancel()
+        finally:
+            cleanup()
+
+    def _url(self, listeners: list[trio.SocketListener]) -> str:
+        if self.address.kind != "ws":
+            return self.address.url()
+        return self.address.url(port=listeners[0].socket.getsockname()[1])
+
+    async def _watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+            async for signum in sigs:
+                log.info("received %s", signal.Signals(signum).name)
+                self.stop()
+
+    # -- one connection ---------------------------------------------------------------------
+
+    async def _handle(self, stream: trio.abc.Stream) -> None:
+        try:
+            await self._gate(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.info("connection ended: %r", exc)
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _gate(self, stream: trio.abc.Stream) -> None:
+        """Answer a plain HTTP request, refuse a bad upgrade, or serve the WebSocket."""
+        head = None
+        with trio.move_on_after(HEAD_TIMEOUT) as waited:
+            head, raw, conn = await read_head(stream)
+        if waited.cancelled_caught:
+            log.info("a connection sent no request head within %ss", HEAD_TIMEOUT)
+            return
+        if head is None:
+            return await answer(stream, conn, 400, "bad request")
+        if not head.upgrade:
+            path = head.target.split("?", 1)[0]
+            if head.method == "GET" and path in HEALTH_PATHS:
+                return await answer(stream, conn, 200, "ok")
+            return await answer(stream, conn, 400, "expected a WebSocket upgrade")
+        if "origin" in head.headers:
+            log.warning("refused an upgrade with Origin %r", head.headers["origin"])
+            return await answer(stream, conn, 403, "Origin header not allowed")
+        why = self.auth.refusal(head.headers.get("authorization"))
+        if why is not None:
+            log.warning("refused an upgrade: %s", why)
+            return await answer(stream, conn, 401, why)
+        async with trio.open_nursery() as nursery:
+            request = await wrap_server_stream(
+                nursery, Replay(raw, stream), max_message_size=self.config.max_request
+            )
+            ws = await request.accept()
+            await self._serve(ws)
+            nursery.cancel_scope.cancel()
+
+    async def _serve(self, ws: WebSocketConnection) -> None:
+        out_send, out_recv = trio.open_memory_channel[bytes](OUTBOX_SIZE)
+        peer = Peer(out_send)
+        connection = Connection(
+            peer,
+            self._dispatcher(peer),
+            on_initialize=_run_initialize,
+            max_line=self.config.max_request,
+        )
+        self.hub.add(peer)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_write_frames, ws, out_recv)
+                async with out_send:
+                    await connection.serve_messages(_frames(ws, peer))
+        finally:
+            self.hub.remove(peer)
+            peer.close()
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await ws.aclose()
+
+    def _dispatcher(self, peer: Peer) -> Dispatcher:
+        assert self.service is not None
+        handlers: dict[str, Any] = routes.handlers(self.service)
+        for method in _ATTACHING:
+            handlers[method] = self._attaching(handlers[method], peer)
+
+        async def initialize(p: InitializeParams) -> InitializeResponse:
+            peer.opt_out = opt_out_methods(p)
+            infos = await backend_infos(
+                self.backends, self.config.cli_path, cli_path_for=self.config.default_backend
+            )
+            return initialize_response(p, self.store.root, infos)
+
+        handlers["initialize"] = initialize
+        return Dispatcher({m: (CLIENT_METHODS[m][0], h) for m, h in handlers.items()})
+
+    def _attaching(
+        self, handler: Callable[[Any], Awaitable[Any]], peer: Peer
+    ) -> Callable[[Any], Awaitable[Any]]:
+        async def attach_caller(params: Any) -> Any:
+            result = await handler(params)
+            response = result.result if isinstance(result, Reply) else result
+            self.hub.attach(response.thread.id, peer)
+            return result
+
+        return attach_caller
+
+
+async def _run_initialize(call: PreparedCall) -> Any:
+    return await call.handler(call.params)
+
+
+def _frames(ws: WebSocketConnection, peer: Peer) -> Callable[[], Awaitable[bytes | None]]:
+    async def receive() -> bytes | None:
+        while True:
+            try:
+                message = await ws.get_message()
+            except ConnectionClosed:
+                return None
+            if isinstance(message, str):
+                return message.encode()
+            await peer.respond_error(
+                None,
+                INVALID_REQUEST,
+                "Invalid request: binary frames are not accepted; send each JSON-RPC message "
+                "as one text frame",
+            )
+
+    return receive
+
+
+async def _write_frames(ws: WebSocketConnection, outbox: trio.MemoryReceiveChannel[bytes]) -> None:
+    """The connection's single writer: one text frame per queued message. A slow reader makes
+    `send_message` wait, the bounded outbox fills, and producers wait in turn."""
+    broken = False
+    async with outbox:
+        async for line in outbox:
+            if broken:
+                continue  # keep draining so producers never block on a dead connection
+            try:
+                await ws.send_message(line.rstrip(b"\n").decode())
+            except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                broken = True
+
+
+def _print_banner(url: str) -> None:
+    kind = "unix socket" if url.startswith("unix://") else "WebSockets"
+    lines = [f"threadline app-server ({kind})", f"  listening on: {url}"]
+    if url.startswith("ws://"):
+        http = "http://" + url[len("ws://") :]
+        lines += [f"  readyz: {http}/readyz", f"  healthz: {http}/healthz"]
+    print("\n".join(lines), file=sys.stderr, flush=True)
