@@ -221,10 +221,11 @@ def _doctor_line(info: Any) -> str:
 
 def _run(args: Any) -> int:
     from .terminal import RunOptions, run_main
-    from .terminal.run import mcp_servers
+    from .terminal.run import image_args, mcp_servers
 
     try:
         mcp_servers(args.mcp)
+        images = image_args(args.image)
     except ValueError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
@@ -240,6 +241,7 @@ def _run(args: Any) -> int:
             approval_policy=args.approval_policy,
             mode=args.mode,
             mcp=args.mcp,
+            images=images,
         )
     )
 
@@ -270,6 +272,13 @@ def _add_run_parser(sub: Any) -> None:
         metavar="NAME=COMMAND",
         help="give the agent an MCP server: NAME=COMMAND [ARGS…] (stdio) or NAME=URL (HTTP); "
         "repeatable",
+    )
+    run.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="attach an image file (or an http(s) URL) to the first prompt; repeatable",
     )
     run.add_argument("--resume", metavar="THREAD_ID", help="continue this thread")
     run.add_argument("--json", action="store_true", help="print raw notifications as JSON lines")
