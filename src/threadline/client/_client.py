@@ -131,8 +131,9 @@ class TurnStream:
 
     @property
     def text(self) -> str:
-        """The text of the turn's agent messages completed so far."""
-        return "".join(item.text for item in self.items if isinstance(item, AgentMessageItem))
+        """The text of the turn's agent messages completed so far, one line break between
+        two messages."""
+        return "\n".join(item.text for item in self.items if isinstance(item, AgentMessageItem))
 
     def _deliver(self, notification: Notification) -> bool:
         """Route a notification here; True when it completed the turn."""
