@@ -251,7 +251,8 @@ def _add_run_parser(sub: Any) -> None:
         "run",
         help="run a turn in the terminal (interactive without a prompt)",
         description="Start threadline, open a thread and run the prompt, rendering the turn "
-        "live and asking for approvals. Without a prompt, read prompts line by line. Ctrl-C "
+        "live and asking for approvals. Without a prompt, read prompts line by line (/help "
+        "lists the commands between them: /model, /effort, /fork, /compact, /name). Ctrl-C "
         "cancels the running turn; a second Ctrl-C quits. Exit status: 0 completed, "
         "1 failed, 2 usage, 130 interrupted.",
     )
