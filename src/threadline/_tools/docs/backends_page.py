@@ -64,7 +64,7 @@ def _matrix(backends: list[Backend]) -> list[str]:
 def _control(backends: list[Backend]) -> list[str]:
     """Per mode: how each `turn/start` override is applied, and which control requests work."""
     header = ["backend", "mode", *(f"`{f}`" for f in OVERRIDE_FIELDS), "`outputSchema`"]
-    header += ["steer", "fork", "compact", "inject_items"]
+    header += ["steer", "fork", "compact", "injectItems"]
     rows = []
     for backend in backends:
         for mode in backend.modes:

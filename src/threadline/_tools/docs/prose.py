@@ -129,7 +129,7 @@ BACKENDS_COLUMNS = [
 CONTROL_INTRO = [
     "How each backend mode takes `turn/start`'s per-turn overrides and the requests that act",
     "on a conversation (`initialize` reports the same per mode: `capabilities.overrides`,",
-    "`output_schema`, `steer`, `fork`, `compact`, `inject_items`). Image input is the",
+    "`outputSchema`, `steer`, `fork`, `compact`, `injectItems`). Image input is the",
     "matrix's **images** column.",
 ]
 
@@ -150,7 +150,7 @@ CONTROL_COLUMNS = [
     "- **fork** — `thread/fork` copies the CLI's conversation into a new thread; *no*: a",
     "  thread that has talked to its CLI cannot be forked (one that has not can).",
     "- **compact** — `thread/compact/start` compacts the CLI's context; *no*: refused.",
-    "- **inject_items** — how `thread/inject_items` reaches the agent. *native*: put into",
+    "- **injectItems** — how `thread/inject_items` reaches the agent. *native*: put into",
     "  the CLI's own context; *transcript*: a transcript block at the head of the next",
     "  turn's prompt, sent once.",
 ]
@@ -236,7 +236,7 @@ _SUMMARIES = {
     "`thread/turns/list`, or from an `{type: item, itemId}` anchor within a turn.",
     "thread/inject_items": "Put earlier conversation (Responses API items: user and "
     "assistant `message`s, tool calls and outputs) into the thread's context before its "
-    "next turn. Natively where the mode's `capabilities.inject_items` is `native`; "
+    "next turn. Natively where the mode's `capabilities.injectItems` is `native`; "
     "otherwise (`transcript`) as a transcript block at the head of the next turn's prompt, "
     "sent once. Stored with the thread, and copied by `thread/fork`.",
     "thread/compact/start": "Compact the CLI's conversation, on backend modes whose "
