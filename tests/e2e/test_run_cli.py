@@ -289,6 +289,7 @@ def test_prompt_commands_model_effort_name_fork_compact(home: Path, workdir: Pat
         "/effort high",
         "/settings",
         "/settings",
+        "/model",
         "/effort max",
         "/text refused with the bad effort",
         "/text after the bad effort",
@@ -306,7 +307,8 @@ def test_prompt_commands_model_effort_name_fork_compact(home: Path, workdir: Pat
     out, err = done.stdout, done.stderr
     for command in ("/model [NAME]", "/effort LEVEL", "/fork", "/compact", "/name TEXT"):
         assert command in err, err
-    assert "mock-1 (default)" in err and "choose one with /model NAME" in err
+    assert re.search(r"mock-1 +Mock 1 \(default\)", err) and "choose one with /model NAME" in err
+    assert "this thread's model: mock-2" in err  # the second /model, after the change
     settings = [line for line in out.splitlines() if line.startswith("model=")]
     assert len(settings) == 2 and all("model=mock-2 effort=high" in s for s in settings)
     assert "not one of" in err and "(not applied: /effort max)" in err

@@ -182,6 +182,7 @@ class _Session:
         self.turn: _TurnState | None = None
         self.thread_id = ""
         self.backend = ""
+        self.model = ""
         #: Images for the next prompt (the first one only).
         self.images: list[UserInput] = [image(i) for i in options.images]
         #: `/model` and `/effort` settings for the next turn (the server keeps them after).
@@ -237,7 +238,7 @@ class _Session:
             self.say(self.err.red(f"threadline: {exc.message}"))
             return EXIT_USAGE
         thread = opened.thread
-        self.thread_id, self.backend = thread.id, opened.model_provider
+        self.thread_id, self.backend, self.model = thread.id, opened.model_provider, opened.model
         self.say(
             self.err.dim(
                 f"thread {thread.id} · {opened.model_provider} · {opened.model} · {opened.cwd}\n"
@@ -302,13 +303,23 @@ class _Session:
         return code
 
     async def _list_models(self, client: Client) -> None:
+        """The backend's models (the name `/model` takes, then what it is), marked."""
         listed = await client.list_models(self.backend)
         chosen = self.overrides.get("model")
         for model in listed.data:
             marks = [
-                m for m, on in (("default", model.is_default), ("next", model.id == chosen)) if on
+                mark
+                for mark, on in (
+                    ("default", model.is_default),
+                    ("this thread's", model.model == self.model),
+                    ("from the next turn", model.model == chosen),
+                )
+                if on
             ]
-            self.say(f"  {model.id}" + (f" ({', '.join(marks)})" if marks else ""))
+            about = model.display_name + (f" ({', '.join(marks)})" if marks else "")
+            self.say(f"  {model.model:24} {about}")
+        if self.model not in [m.model for m in listed.data]:
+            self.say(self.err.dim(f"this thread's model: {self.model}"))
         self.say(self.err.dim("choose one with /model NAME"))
 
     async def _turn(self, client: Client, prompt: str) -> int:
@@ -324,6 +335,7 @@ class _Session:
                 unset = ", ".join(f"/{k} {v}" for k, v in overrides.items())
                 self.say(self.err.yellow(f"(not applied: {unset})"))
             return EXIT_FAILED
+        self.model = overrides.get("model", self.model)
         return await self._follow(stream)
 
     async def _follow(self, stream: TurnStream) -> int:
