@@ -52,13 +52,17 @@ def _matrix(backends: list[Backend]) -> list[str]:
                     f"`{mode}`{_default_mark(backend, mode)}",
                     "interactive" if caps.approvals else "policy only",
                     "native interrupt" if caps.interrupt else "kill process group",
-                    *(
-                        yes(flag)
-                        for flag in (caps.resume, caps.deltas, caps.reasoning, caps.images)
-                    ),
+                    *(yes(flag) for flag in (caps.resume, caps.deltas, caps.reasoning)),
+                    _images(caps.images, caps.image_urls),
                 ]
             )
     return table([*header, "reasoning", "images"], rows)
+
+
+def _images(images: bool, urls: bool) -> str:
+    if not images:
+        return "no"
+    return "yes" if urls else "files and data: URLs"
 
 
 def _control(backends: list[Backend]) -> list[str]:

@@ -123,7 +123,9 @@ BACKENDS_COLUMNS = [
     "  written; *no*: one delta with the whole text when the message is complete.",
     "- **reasoning** — the CLI's reasoning is reported as `reasoning` items.",
     "- **images** — image inputs (`image`, `localImage`) reach the model; *no*: a turn",
-    "  with one is refused (`-32602`, naming the item type) before it starts.",
+    "  with one is refused (`-32602`, naming the item type) before it starts. *files and",
+    "  data: URLs*: `localImage` and `data:` URLs do, an http(s) URL is refused",
+    "  (`capabilities.imageUrls`: false).",
 ]
 
 CONTROL_INTRO = [
