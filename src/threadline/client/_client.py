@@ -84,8 +84,9 @@ _DECLINE = {"decision": "decline"}
 
 class TurnOverrides(TypedDict, total=False):
     """`turn/start`'s per-turn settings. Each sticks for the thread's later turns, except
-    `output_schema` (this turn's final message only); how each reaches a backend is its
-    mode's `capabilities.overrides` (a `warning` names one it cannot apply)."""
+    `output_schema` (this turn's final message only) and `client_user_message_id` (the id
+    of this turn's user message); how each reaches a backend is its mode's
+    `capabilities.overrides` (a `warning` names one it cannot apply)."""
 
     model: str
     effort: str
