@@ -148,6 +148,22 @@ def _serve_listener(address: Any, auth: Any) -> int:
     return 0
 
 
+def _proxy(listen: str) -> int:
+    from .home import default_root
+    from .remote.address import parse_listen
+    from .remote.proxy import proxy_main
+
+    try:
+        address = parse_listen(listen, str(default_root() / "app-server.sock"))
+    except ValueError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        return 2
+    if address.kind == "stdio":
+        print("threadline: proxy needs a unix:// or ws:// server to connect to", file=sys.stderr)
+        return 2
+    return proxy_main(address, os.environ.get("THREADLINE_WS_TOKEN") or None)
+
+
 def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     # Only light modules until `initialize` is answered (see server/handshake.py): a client
     # waits for that answer first, and the engine's imports cost more than the answer itself.
@@ -409,6 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     app_server.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     app_server.add_argument("--enable", action="append", default=[], metavar="FEATURE")
     app_server.add_argument("--disable", action="append", default=[], metavar="FEATURE")
+    proxy = sub.add_parser(
+        "proxy",
+        help="bridge stdio to a running listener server (e.g. `ssh host threadline proxy`)",
+        description="Connect to a threadline server listening on a unix socket (default: the "
+        "one `--listen unix://` creates in THREADLINE_HOME) or ws://IP:PORT, and bridge this "
+        "process's stdin/stdout to it, one JSON-RPC message per line. THREADLINE_WS_TOKEN, if "
+        "set, is sent as the bearer token.",
+    )
+    proxy.add_argument("--listen", default="unix://", metavar="URL", help="the server's URL")
     schema = sub.add_parser("schema", help="write the protocol's JSON Schemas")
     schema.add_argument("--out", type=Path, default=Path("schemas"), help="output directory")
     sub.add_parser("doctor", help="report which agent CLIs are usable here")
@@ -432,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         ignored += [f"--disable {f}" for f in args.disable]
         return _serve(tuple(ignored))
     _setup_logging()
+    if args.command == "proxy":
+        return _proxy(args.listen)
     if args.command == "schema":
         return _schema(args.out)
     if args.command == "doctor":

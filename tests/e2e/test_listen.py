@@ -16,7 +16,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from tests.support.client import server_argv, server_env
+from tests.support.client import descendants, server_argv, server_env, wait_gone
 from tests.support.ws_client import (
     WsClient,
     http_get,
@@ -286,3 +286,23 @@ async def test_an_oversized_frame_closes_only_its_connection(home: Path, workdir
         assert done["params"]["turn"]["status"] == "completed"
         with pytest.raises(ConnectionClosed):
             await a.ws.send_message("{}")
+
+
+async def test_sigterm_mid_command_leaves_no_process(home: Path, workdir: Path) -> None:
+    async with listening_server(home, "ws://127.0.0.1:0") as srv, ws_connect(srv.url) as a:
+        await a.initialize()
+        tid = await start_thread(a, workdir)
+        prompt = "/run echo pid=$$; exec sleep 300"
+        await a.call("turn/start", {"threadId": tid, "input": text(prompt)})
+        request = await a.wait_for("item/commandExecution/requestApproval")
+        await a.send({"id": request["id"], "result": {"decision": "accept"}})
+        delta = await a.wait_for("item/commandExecution/outputDelta")
+        pid = int(delta["params"]["delta"].strip().removeprefix("pid="))
+        procs = descendants(srv.proc.pid)
+        assert pid in procs
+        srv.proc.terminate()
+        done = await a.wait_for("turn/completed")
+        assert done["params"]["turn"]["status"] == "interrupted"
+        with trio.fail_after(20):
+            assert await srv.proc.wait() == 0
+        assert await wait_gone(procs, 5) == []
