@@ -1,7 +1,9 @@
 """`threadline proxy`: this process's stdin/stdout bridged to a running listener server, so
 `ssh host threadline proxy` gives any stdio client a remote threadline (SSH secures the
 transport). Each stdin line goes out as one text frame; each frame comes back as one stdout
-line. It ends when stdin closes (the connection is then closed) or the server goes away."""
+line. It ends when the server goes away, or when stdin has closed and every request sent has
+been answered (as the stdio server answers what it read before EOF); then it closes the
+connection, and the server's turns go on."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import logging
 import os
 import sys
 
+import msgspec
 import trio
 from trio_websocket import (
     ConnectionClosed,
@@ -25,6 +28,52 @@ __all__ = ["ProxyError", "run_proxy"]
 log = logging.getLogger("threadline.proxy")
 
 _MAX_MESSAGE = 64 * 1024 * 1024
+#: After stdin's EOF, how long to wait for the answers still due.
+_DRAIN_SECONDS = 60.0
+
+
+class _Ids(msgspec.Struct):
+    id: int | str | None = None
+    method: str | None = None
+
+
+_IDS = msgspec.json.Decoder(_Ids | list[_Ids])
+
+
+def _requests(data: bytes) -> list[int | str]:
+    """The ids of the requests in one message (or batch); [] when it is none or unreadable."""
+    try:
+        decoded = _IDS.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return []
+    batch = decoded if isinstance(decoded, list) else [decoded]
+    return [m.id for m in batch if m.id is not None and m.method is not None]
+
+
+def _responses(data: bytes) -> list[int | str]:
+    try:
+        decoded = _IDS.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return []
+    batch = decoded if isinstance(decoded, list) else [decoded]
+    return [m.id for m in batch if m.id is not None and m.method is None]
+
+
+class _Due:
+    """Requests forwarded and not answered yet."""
+
+    def __init__(self) -> None:
+        self.ids: set[int | str] = set()
+        self.changed = trio.Event()
+
+    def answered(self, ids: list[int | str]) -> None:
+        self.ids.difference_update(ids)
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def drained(self) -> None:
+        while self.ids:
+            await self.changed.wait()
 
 
 class ProxyError(Exception):
@@ -58,13 +107,14 @@ async def run_proxy(address: ListenAddress, token: str | None) -> None:
             )
         except HandshakeError as exc:
             raise ProxyError(f"{address.url()} refused the connection: {exc}") from None
-        nursery.start_soon(_upstream, ws, stdin, nursery.cancel_scope)
-        await _downstream(ws, stdout)
+        due = _Due()
+        nursery.start_soon(_upstream, ws, stdin, nursery.cancel_scope, due)
+        await _downstream(ws, stdout, due)
         nursery.cancel_scope.cancel()
 
 
 async def _upstream(
-    ws: WebSocketConnection, stdin: trio.abc.ReceiveStream, scope: trio.CancelScope
+    ws: WebSocketConnection, stdin: trio.abc.ReceiveStream, scope: trio.CancelScope, due: _Due
 ) -> None:
     reader = LineReader(stdin, max_line=_MAX_MESSAGE)
     try:
@@ -77,7 +127,10 @@ async def _upstream(
             if line is None:
                 break
             if line.strip():
+                due.ids.update(_requests(line))
                 await ws.send_message(line.decode("utf-8", errors="replace"))
+        with trio.move_on_after(_DRAIN_SECONDS):
+            await due.drained()
     except ConnectionClosed:
         pass
     with trio.move_on_after(2):
@@ -85,7 +138,7 @@ async def _upstream(
     scope.cancel()
 
 
-async def _downstream(ws: WebSocketConnection, stdout: trio.abc.SendStream) -> None:
+async def _downstream(ws: WebSocketConnection, stdout: trio.abc.SendStream, due: _Due) -> None:
     while True:
         try:
             message = await ws.get_message()
@@ -96,6 +149,7 @@ async def _downstream(ws: WebSocketConnection, stdout: trio.abc.SendStream) -> N
             await stdout.send_all(data + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
+        due.answered(_responses(data))
 
 
 def proxy_main(address: ListenAddress, token: str | None) -> int:
