@@ -306,3 +306,32 @@ async def test_sigterm_mid_command_leaves_no_process(home: Path, workdir: Path) 
         with trio.fail_after(20):
             assert await srv.proc.wait() == 0
         assert await wait_gone(procs, 5) == []
+
+
+async def test_many_connections_get_only_their_own_events(home: Path, workdir: Path) -> None:
+    count = 20
+    results: dict[int, list[dict[str, Any]]] = {}
+    async with listening_server(home, "ws://127.0.0.1:0") as srv:
+
+        async def one(n: int) -> None:
+            async with ws_connect(srv.url) as client:
+                await client.initialize()
+                tid = await start_thread(client, workdir)
+                done, events = await run_turn(client, tid, f"/text from {n}\n/text again {n}")
+                assert done["params"]["turn"]["status"] == "completed"
+                results[n] = [e for e in events if "method" in e]
+                for event in results[n]:
+                    params = event["params"]
+                    assert params.get("threadId", tid) == tid, (n, event)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(count):
+                nursery.start_soon(one, n)
+    for n, events in results.items():
+        texts = [
+            e["params"]["item"]["text"]
+            for e in events
+            if e["method"] == "item/completed" and e["params"]["item"]["type"] == "agentMessage"
+        ]
+        assert texts == [f"from {n}", f"again {n}"], texts
+    assert len(results) == count
