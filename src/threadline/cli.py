@@ -76,6 +76,12 @@ def _add_listen_options(parser: Any) -> None:
     parser.add_argument(
         "--ws-max-clock-skew-seconds", type=int, metavar="SECONDS", help="JWT leeway (30)"
     )
+    parser.add_argument(
+        "--exit-when-idle",
+        type=float,
+        metavar="SECONDS",
+        help="listeners: exit after SECONDS with no connection and no running turn",
+    )
 
 
 def _listen_setup(args: Any) -> tuple[Any, Any] | int:
@@ -107,10 +113,13 @@ def _listen_setup(args: Any) -> tuple[Any, Any] | int:
             file=sys.stderr,
         )
         return 1
+    if args.exit_when_idle is not None and not args.exit_when_idle > 0:
+        print("threadline: --exit-when-idle needs a positive number of seconds", file=sys.stderr)
+        return 2
     return address, auth
 
 
-def _serve_listener(address: Any, auth: Any) -> int:
+def _serve_listener(address: Any, auth: Any, exit_when_idle: float | None = None) -> int:
     """Serve on a WebSocket or unix-socket listener (several clients; see remote/serve.py)."""
     from .home import default_root
     from .server.config import ConfigError, ServerConfig
@@ -139,7 +148,9 @@ def _serve_listener(address: Any, auth: Any) -> int:
     from .store import ThreadStore
 
     set_ledger(ProcessLedger(root / "run"))
-    server = ListenerServer(config, ThreadStore(root), create_backends(), address, auth)
+    server = ListenerServer(
+        config, ThreadStore(root), create_backends(), address, auth, exit_when_idle=exit_when_idle
+    )
     try:
         trio.run(server.run)
     except ListenError as exc:
@@ -449,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(setup, int):
             return setup
         if setup[0].kind != "stdio":
-            return _serve_listener(*setup)
+            return _serve_listener(*setup, exit_when_idle=args.exit_when_idle)
     if args.command in (None, "serve"):
         return _serve()
     if args.command == "app-server":

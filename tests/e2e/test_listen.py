@@ -335,3 +335,21 @@ async def test_many_connections_get_only_their_own_events(home: Path, workdir: P
         ]
         assert texts == [f"from {n}", f"again {n}"], texts
     assert len(results) == count
+
+
+async def test_exit_when_idle_waits_for_connections_and_turns(home: Path, workdir: Path) -> None:
+    async with listening_server(home, "ws://127.0.0.1:0", "--exit-when-idle", "1") as srv:
+        async with ws_connect(srv.url) as a:
+            await a.initialize()
+            tid = await start_thread(a, workdir)
+            await a.call("turn/start", {"threadId": tid, "input": text("/sleep 2.5\n/text done")})
+            await a.wait_for("turn/started")
+        # No connection, but a turn runs: the server stays until it is over, then 1 s more.
+        started = trio.current_time()
+        with trio.fail_after(15):
+            assert await srv.proc.wait() == 0
+        assert trio.current_time() - started >= 2.0
+    async with listening_server(home, "ws://127.0.0.1:0") as srv, ws_connect(srv.url) as b:
+        await b.initialize()
+        read = await b.call("thread/read", {"threadId": tid, "includeTurns": True})
+        assert read["thread"]["turns"][0]["status"] == "completed"

@@ -54,12 +54,16 @@ class ListenerServer:
         backends: Mapping[str, Backend],
         address: ListenAddress,
         auth: WsAuth,
+        *,
+        exit_when_idle: float | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.backends = dict(backends)
         self.address = address
         self.auth = auth
+        #: End the server after this many seconds with no connection and no running turn.
+        self.exit_when_idle = exit_when_idle
         self.hub = Hub()
         self.service: ThreadService | None = None
         self._stop = trio.Event()
@@ -83,6 +87,8 @@ class ListenerServer:
                     )
                     async with trio.open_nursery() as conns:
                         conns.start_soon(trio.serve_listeners, self._handle, listeners)
+                        if self.exit_when_idle is not None:
+                            conns.start_soon(self._exit_when_idle, self.exit_when_idle)
                         (banner or _print_banner)(self._url(listeners))
                         await self._stop.wait()
                         log.info("shutting down")
@@ -98,6 +104,22 @@ class ListenerServer:
         if self.address.kind != "ws":
             return self.address.url()
         return self.address.url(port=listeners[0].socket.getsockname()[1])
+
+    def _busy(self) -> bool:
+        loaded = self.service.loaded.values() if self.service is not None else ()
+        return bool(self.hub.connections) or any(t.running_turn is not None for t in loaded)
+
+    async def _exit_when_idle(self, seconds: float) -> None:
+        idle_since = trio.current_time()
+        while True:
+            await trio.sleep(min(1.0, seconds / 4))
+            now = trio.current_time()
+            if self._busy():
+                idle_since = now
+            elif now - idle_since >= seconds:
+                log.info("no connection and no running turn for %ss: exiting", seconds)
+                self.stop()
+                return
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
