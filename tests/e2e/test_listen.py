@@ -353,3 +353,26 @@ async def test_exit_when_idle_waits_for_connections_and_turns(home: Path, workdi
         await b.initialize()
         read = await b.call("thread/read", {"threadId": tid, "includeTurns": True})
         assert read["thread"]["turns"][0]["status"] == "completed"
+
+
+async def test_python_client_connect_url(home: Path, workdir: Path, tmp_path: Path) -> None:
+    from threadline.client import accept_all, connect_url
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    args = ["--ws-auth", "capability-token", "--ws-token-file", str(token_file)]
+    path = tmp_path / "py.sock"
+    async with (
+        listening_server(home, "ws://127.0.0.1:0", *args) as srv,
+        connect_url(srv.url, token=TOKEN) as client,
+    ):
+        thread = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread
+        turn = await client.start_turn(
+            thread.id, f"/run echo py > {workdir}/py.txt\n/text via ws", on_request=accept_all
+        )
+        done = await turn.wait()
+        assert done.turn.status == "completed" and turn.text == "via ws"
+    assert (workdir / "py.txt").read_text().strip() == "py"
+    async with listening_server(home, f"unix://{path}") as srv, connect_url(srv.url) as client:
+        read = await client.read_thread(thread.id)
+        assert read.thread.turns[0].status == "completed"

@@ -9,8 +9,9 @@
             ...
         status, text = turn.completed.turn.status, turn.text
 
-`connect()` attaches to a server over any pair of trio streams, `in_process()` runs one
-inside this trio run (`Server(...).serve`) over in-memory streams.
+`connect_url("ws://127.0.0.1:PORT" | "unix://PATH", token=...)` attaches to a server started
+with `--listen` (see docs/remote.md); `connect()` attaches over any pair of trio streams,
+`in_process()` runs one inside this trio run (`Server(...).serve`) over in-memory streams.
 
 Notifications are the Structs of `threadline.protocol` (`AgentMessageDeltaNotification`,
 `ItemStartedNotification`, ...); approvals reach `on_request` (per turn) or the client's
@@ -45,6 +46,7 @@ from ._client import (
 from ._in_process import in_process
 from ._inputs import Prompt, image, message_item
 from ._messages import Notification, ServerRequest, UnknownNotification
+from ._remote import connect_url
 from ._spawn import spawn
 from ._tools import Tool, ToolHandler, ToolResult, tool
 
@@ -64,6 +66,7 @@ __all__ = [
     "UnknownNotification",
     "accept_all",
     "connect",
+    "connect_url",
     "decline_all",
     "image",
     "in_process",
