@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import trio
 
 from tests.e2e.claude_env import ClaudeEnv
 from tests.fakes.anthropic import Rule, ToolUse
