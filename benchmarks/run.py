@@ -30,6 +30,7 @@ SUITE = [
     ("P4", "p4_cancel"),
     ("P5", "p5_threads"),
     ("P6", "p6_tool_calls"),
+    ("P7", "p7_listen"),
 ]
 
 

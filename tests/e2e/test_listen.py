@@ -376,3 +376,45 @@ async def test_python_client_connect_url(home: Path, workdir: Path, tmp_path: Pa
     async with listening_server(home, f"unix://{path}") as srv, connect_url(srv.url) as client:
         read = await client.read_thread(thread.id)
         assert read.thread.turns[0].status == "completed"
+
+
+async def test_a_pending_approval_waits_for_a_client_within_its_timeout(
+    home: Path, workdir: Path
+) -> None:
+    async with listening_server(home, "ws://127.0.0.1:0") as srv:
+        tids = []
+        async with ws_connect(srv.url) as a:
+            await a.initialize()
+            for timeout_ms, name in ((10_000, "rescued"), (300, "abandoned")):
+                params = {
+                    "modelProvider": "mock",
+                    "cwd": str(workdir),
+                    "config": {"approvalTimeoutMs": timeout_ms},
+                }
+                tid = (await a.call("thread/start", params))["thread"]["id"]
+                prompt = f"/run touch {workdir}/{name}\n/text after"
+                await a.call("turn/start", {"threadId": tid, "input": text(prompt)})
+                await a.wait_for("item/commandExecution/requestApproval")
+                tids.append(tid)
+        # a is gone. b resumes the first thread in time: the pending approval comes to b.
+        async with ws_connect(srv.url) as b:
+            await b.initialize()
+            await b.call("thread/resume", {"threadId": tids[0]})
+            request = await b.wait_for("item/commandExecution/requestApproval")
+            assert request["params"]["threadId"] == tids[0]
+            await b.send({"id": request["id"], "result": {"decision": "accept"}})
+            done = await b.wait_for("turn/completed")
+            assert done["params"]["turn"]["status"] == "completed"
+            assert (workdir / "rescued").exists()
+            # Nobody came for the second one: declined when its 300 ms ran out.
+            with trio.fail_after(10):
+                while True:
+                    read = await b.call("thread/read", {"threadId": tids[1], "includeTurns": True})
+                    if read["thread"]["turns"][0]["status"] != "inProgress":
+                        break
+                    await trio.sleep(0.05)
+            [command] = [
+                i for i in read["thread"]["turns"][0]["items"] if i["type"] == "commandExecution"
+            ]
+            assert command["status"] == "declined"
+            assert not (workdir / "abandoned").exists()

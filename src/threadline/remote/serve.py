@@ -33,6 +33,7 @@ from ..server.service import ThreadService
 from ..store import ThreadStore
 from .address import ListenAddress
 from .auth import WsAuth
+from .coalesce import Coalescing
 from .gate import HEALTH_PATHS, Replay, answer, read_head
 from .sockets import open_listeners
 
@@ -161,14 +162,15 @@ class ListenerServer:
             log.warning("refused an upgrade: %s", why)
             return await answer(stream, conn, 401, why)
         async with trio.open_nursery() as nursery:
+            coalescing = Coalescing(Replay(raw, stream))
             request = await wrap_server_stream(
-                nursery, Replay(raw, stream), max_message_size=self.config.max_request
+                nursery, coalescing, max_message_size=self.config.max_request
             )
             ws = await request.accept()
-            await self._serve(ws)
+            await self._serve(ws, coalescing)
             nursery.cancel_scope.cancel()
 
-    async def _serve(self, ws: WebSocketConnection) -> None:
+    async def _serve(self, ws: WebSocketConnection, coalescing: Coalescing) -> None:
         out_send, out_recv = trio.open_memory_channel[bytes](OUTBOX_SIZE)
         peer = Peer(out_send)
         connection = Connection(
@@ -180,7 +182,7 @@ class ListenerServer:
         self.hub.add(peer)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_write_frames, ws, out_recv)
+                nursery.start_soon(_write_frames, ws, coalescing, out_recv)
                 async with out_send:
                     await connection.serve_messages(_frames(ws, peer))
         finally:
@@ -240,17 +242,28 @@ def _frames(ws: WebSocketConnection, peer: Peer) -> Callable[[], Awaitable[bytes
     return receive
 
 
-async def _write_frames(ws: WebSocketConnection, outbox: trio.MemoryReceiveChannel[bytes]) -> None:
-    """The connection's single writer: one text frame per queued message. A slow reader makes
-    `send_message` wait, the bounded outbox fills, and producers wait in turn."""
+async def _write_frames(
+    ws: WebSocketConnection, coalescing: Coalescing, outbox: trio.MemoryReceiveChannel[bytes]
+) -> None:
+    """The connection's single writer: one text frame per queued message, whatever is queued
+    already written together. A slow reader makes the writes wait, the bounded outbox fills,
+    and producers wait in turn."""
     broken = False
     async with outbox:
-        async for line in outbox:
+        async for first in outbox:
+            batch = [first]
+            while True:
+                try:
+                    batch.append(outbox.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
             if broken:
                 continue  # keep draining so producers never block on a dead connection
             try:
-                await ws.send_message(line.rstrip(b"\n").decode())
-            except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                async with coalescing.batch():
+                    for line in batch:
+                        await ws.send_message(line.rstrip(b"\n").decode())
+            except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 broken = True
 
 

@@ -119,12 +119,13 @@ class Peer:
         return rid
 
     async def request(
-        self, method: str, params: Any, request_id: int | None = None
+        self, method: str, params: Any, request_id: int | None = None, *, linger: bool = False
     ) -> PeerResponse:
         """Send a server→client request and wait for its response.
 
         Cancellation (turn interrupted, timeout) withdraws the request: a late answer is then
-        ignored. Raises PeerGone if the client is or goes away."""
+        ignored. Raises PeerGone if the client is or goes away. `linger` (the caller bounds the
+        wait) lets a server with several connections wait for one to attach (see `Hub`)."""
         if self._closed:
             raise PeerGone("client disconnected")
         rid = self.allocate_id() if request_id is None else request_id

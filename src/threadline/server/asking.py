@@ -33,7 +33,8 @@ async def ask_client(
     try:
         with trio.move_on_after(timeout if timeout is not None else float("inf")):
             try:
-                return Asked(await peer.request(method, params, request_id=rid))
+                linger = timeout is not None
+                return Asked(await peer.request(method, params, request_id=rid, linger=linger))
             except PeerGone:
                 log.info("client gone while %s %s was pending", method, rid)
                 return Asked(None)

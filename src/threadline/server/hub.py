@@ -6,8 +6,10 @@ to it: the thread's notifications (those whose params name a `threadId`, and
 connection. A server→client request
 (approval, question, client tool call) goes to every connection attached to its thread, and
 one that attaches while it is pending gets it too; the first answer wins (the others see
-`serverRequest/resolved`). With no attached connection left it fails with `PeerGone`, and the
-caller fails closed (declines). stdio keeps the plain one-connection `Peer`."""
+`serverRequest/resolved`). With no attached connection left it fails with `PeerGone` and the
+caller fails closed (declines) — unless the caller bounds the wait (`linger`: the thread has
+an approval or tool-call timeout), in which case a connection that attaches in time gets the
+request. stdio keeps the plain one-connection `Peer`."""
 
 from __future__ import annotations
 
@@ -26,9 +28,12 @@ log = logging.getLogger("threadline.hub")
 class _Asking:
     """One pending request, asked of one or more connections."""
 
-    def __init__(self, method: str, params: Any, rid: int, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, method: str, params: Any, rid: int, nursery: trio.Nursery, linger: bool
+    ) -> None:
         self.method, self.params, self.rid = method, params, rid
         self._nursery = nursery
+        self._linger = linger
         self.answer: PeerResponse | None = None
         self.done = trio.Event()
         self.live = 0
@@ -46,7 +51,7 @@ class _Asking:
             pass
         finally:
             self.live -= 1
-            if self.answer is not None or self.live == 0:
+            if self.answer is not None or (self.live == 0 and not self._linger):
                 self.done.set()
 
 
@@ -115,16 +120,16 @@ class Hub(Peer):
             await peer.notify(method, params)
 
     async def request(
-        self, method: str, params: Any, request_id: int | None = None
+        self, method: str, params: Any, request_id: int | None = None, *, linger: bool = False
     ) -> PeerResponse:
         rid = self.allocate_id() if request_id is None else request_id
         try:
             async with trio.open_nursery() as nursery:
-                asking = _Asking(method, params, rid, nursery)
+                asking = _Asking(method, params, rid, nursery, linger)
                 self._asking[rid] = (_thread_of(params), asking)
                 for peer in self._targets(params):
                     asking.ask(peer)
-                if asking.live:
+                if asking.live or linger:
                     await asking.done.wait()
                 nursery.cancel_scope.cancel()
         finally:
