@@ -259,11 +259,10 @@ async def _write_frames(
                     break
             if broken:
                 continue  # keep draining so producers never block on a dead connection
+            messages = [line.rstrip(b"\n").decode() for line in batch]
             try:
-                async with coalescing.batch():
-                    for line in batch:
-                        await ws.send_message(line.rstrip(b"\n").decode())
-            except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                broken = not await coalescing.send_text(messages, lambda: ws.closed is None)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 broken = True
 
 
