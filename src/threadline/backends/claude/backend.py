@@ -5,12 +5,13 @@ approvals over the control channel (`--permission-prompt-tool stdio`): each `tur
 one user message; `can_use_tool` control requests become our approval requests; interrupt is
 the `interrupt` control request, and the same process serves the next turn.
 
-Print mode (`config.mode: "print"`): `claude -p` per turn (prompt on stdin), `--resume` for
-later turns, approvals by policy only, cancel kills the process group.
+Print mode (`config.mode: "print"`): `claude -p` per turn (the user message on stdin),
+`--resume` for later turns, approvals by policy only, cancel kills the process group.
 
-Facts (claude 2.1.197, reference/claude-code.md): the CLI exits 1 after an interrupted or
-failed last turn, so turn status comes from `result` lines, never from exit codes; a session
-resumes only from its original cwd; `--dangerously-skip-permissions` is refused as root.
+Facts (claude 2.1.197, reference/claude-code.md; rechecked on 2.1.332): the CLI exits 1 after
+an interrupted or failed last turn, so turn status comes from `result` lines, never from exit
+codes; `--dangerously-skip-permissions` is refused as root. 2.1.197 resumed a session only from
+its original cwd; 2.1.332 resumes it from any (a new cwd is a restart, see spec.py).
 """
 
 from __future__ import annotations
