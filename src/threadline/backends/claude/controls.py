@@ -10,7 +10,7 @@ import trio
 from .. import base as b
 from .invocation import effort_level
 
-__all__ = ["INTERRUPT", "Replies", "live_request", "taken_steers"]
+__all__ = ["INTERRUPT", "Replies", "live_request", "taken_inputs"]
 
 #: Stop the running turn, and the input queued behind it (a steer not taken in yet): else
 #: it would run as a turn of its own once the interrupted one ended.
@@ -31,9 +31,9 @@ def live_request(field: str, settings: b.SessionSettings) -> dict[str, Any] | No
     return None
 
 
-def taken_steers(message: dict[str, Any]) -> tuple[set[str], set[str]]:
-    """(steer uuids claude took into a model request or finished with, those it dropped
-    without running them) that `message` reports."""
+def taken_inputs(message: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(uuids of user messages claude took into a turn, those it dropped without running
+    them) that `message` reports."""
     taken = message.get("user_message_uuids")
     done = {str(u) for u in taken} if isinstance(taken, list) else set()
     dropped = set()

@@ -17,7 +17,7 @@ from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
 from ..kit.spawn import LiveCliSession
 from .content import COMPACT, new_uuid, user_line, user_message
-from .controls import INTERRUPT, Replies, live_request, taken_steers
+from .controls import INTERRUPT, Replies, live_request, taken_inputs
 from .invocation import (
     _DECLINE_MESSAGE,
     ClaudeSession,
@@ -27,6 +27,7 @@ from .invocation import (
 )
 from .mapping import EDIT_TOOLS, ClaudeTurnMapper
 from .mcp import failure_message, server_errors
+from .spec import SPEC
 
 __all__ = ["ClaudeStreamSession"]
 
@@ -50,8 +51,12 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         self._request_seq = 0
         self._in_turn = False
         self._replies = Replies()
-        #: Steer messages of the running turn claude has not taken in yet (their uuids).
-        self._steers: set[str] = set()
+        #: The running turn's user messages (its own, steers) claude has not taken in yet.
+        self._queued: set[str] = set()
+        self._main: str | None = None
+        #: Set once claude reports what it does with a user message (`command_lifecycle`,
+        #: which claude 2.1.197 did not have).
+        self._lifecycle = trio.Event()
         #: threadline asked claude to stop the running turn.
         self._stopping = False
         self.exited = trio.Event()
@@ -158,14 +163,21 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         turn's next model request, or (when the model was giving its last answer) runs it
         right after as a turn of its own, which `_consume` makes part of this one."""
         content = await user_message(turn, self.settings.cwd)
+        with trio.move_on_after(5):  # (the turn's own message may still be on its way)
+            await self._lifecycle.wait()
+        if not self._lifecycle.is_set():
+            raise b.BackendError(
+                "this claude does not report what it does with added input; update it"
+                f" (`{SPEC.install_command}`)"
+            )
         if not self._in_turn or self._stopping or self.exited.is_set():
             raise b.BackendError("the turn has ended; start a new turn instead")
         message_uuid = new_uuid()
-        self._steers.add(message_uuid)  # (before any checkpoint: the turn waits for it)
+        self._queued.add(message_uuid)  # (before any checkpoint: the turn waits for it)
         await self._write(user_line(content, message_uuid))
 
     async def compact(self, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        return await self._run(user_line(COMPACT), self.mapper(compacting=True), ctx)
+        return await self._run(COMPACT, self.mapper(compacting=True), ctx)
 
     # -- turns -----------------------------------------------------------------------------------
 
@@ -184,10 +196,10 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         content = await user_message(turn, self.settings.cwd)
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
-        return await self._run(user_line(content), self.mapper(), ctx)
+        return await self._run(content, self.mapper(), ctx)
 
     async def _run(
-        self, line: bytes, mapper: ClaudeTurnMapper, ctx: b.TurnContext
+        self, content: str | list[dict[str, Any]], mapper: ClaudeTurnMapper, ctx: b.TurnContext
     ) -> b.TurnOutcome | None:
         """Write one user message (a turn's, or `/compact`) and map what claude does until
         the turn's end."""
@@ -205,10 +217,11 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
             lost = _failure_from_exit(proc, "exited between turns")
             raise b.SessionLost(lost.message, additional_details=lost.additional_details)
         self._in_turn, self._stopping = True, False
-        self._steers.clear()
+        self._main = new_uuid()
+        self._queued = {self._main}
         try:
             try:
-                await self._write(line)
+                await self._write(user_line(content, self._main))
             except b.BackendError as exc:
                 raise b.SessionLost(
                     exc.message, additional_details=exc.additional_details
@@ -226,7 +239,7 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                 raise lost.exceptions[0] from None
         finally:
             self._in_turn = False
-            self._steers.clear()
+            self._queued.clear()
 
     async def _consume(
         self,
@@ -245,15 +258,16 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                 self.healthy = False
                 raise _failure_from_exit(self.proc, "exited in the middle of a turn")
             mtype = message.get("type")
-            await self._note_steers(message, ctx)
+            await self._note_taken(message, ctx)
             if mtype == "result":
                 self._check_resumable(message)
                 for names in failed.values():  # (no mcp_status answer in time: no reason)
                     await _warn_failed(ctx, names, {})
                 failed.clear()
                 outcome = await _finish_turn(mapper.result(message), ctx, self._usage)
-                if self._steers and not self._stopping:
-                    # A steer claude queued runs next as a turn of its own: this turn's too.
+                if self._lifecycle.is_set() and self._queued and not self._stopping:
+                    # Input of this turn claude queued (a steer that came too late for the
+                    # model's last call) runs next as a turn of its own: this turn's too.
                     if outcome.status == "failed":
                         first_failure = first_failure or outcome
                     continue
@@ -308,16 +322,20 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         response = {"subtype": "error", "request_id": request_id, "error": error}
         await self._write({"type": "control_response", "response": response})
 
-    async def _note_steers(self, message: dict[str, Any], ctx: b.TurnContext) -> None:
-        """Forget the steers `message` says claude took in (or dropped: a warning says so)."""
-        if not self._steers:
+    async def _note_taken(self, message: dict[str, Any], ctx: b.TurnContext) -> None:
+        """Forget the input `message` says claude took in, or dropped (a warning says so of a
+        steer; the turn's own message is dropped only when the turn is interrupted)."""
+        if message.get("type") == "command_lifecycle":
+            self._lifecycle.set()
+        if not self._queued:
             return
-        done, dropped = taken_steers(message)
-        self._steers -= done
-        for message_uuid in dropped & self._steers:
-            self._steers.discard(message_uuid)
-            reason = message.get("state")
-            await ctx.emit(b.Warning(f"claude did not take the added input ({reason})"))
+        done, dropped = taken_inputs(message)
+        self._queued -= done
+        for message_uuid in dropped & self._queued:
+            self._queued.discard(message_uuid)
+            if message_uuid != self._main and not self._stopping:
+                reason = message.get("state")
+                await ctx.emit(b.Warning(f"claude did not take the added input ({reason})"))
 
     def _check_resumable(self, message: dict[str, Any]) -> None:
         try:
