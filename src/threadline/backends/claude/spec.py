@@ -82,7 +82,7 @@ SPEC = BackendSpec(
     default_effort="medium",
     model_patterns=(
         r"claude",  # claude-opus-5-5, claude-sonnet-4-5@20250929 (Vertex), ...
-        r"(default|best|opus|sonnet|haiku|fable|opusplan)(\[1m\])?$",
+        r"(best|opus|sonnet|haiku|fable|opusplan)(\[1m\])?$",
         # Bedrock ids and inference profiles, ARNs: anthropic.claude-…, us.anthropic.claude-…
         r"([a-z]{2,6}\.)?anthropic\.",
         r"arn:aws[a-z-]*:bedrock:",

@@ -16,6 +16,7 @@ SPEC = BackendSpec(
         "configure `security.auth` in ~/.qwen/settings.json"
     ),
     credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"),),
+    # Qwen Code takes any OpenAI-compatible model name: no patterns.
     models=(
         (
             "default",
