@@ -41,20 +41,21 @@ def _image_block(image: Image) -> dict[str, Any]:
 
 
 async def user_message(turn: b.TurnInput, cwd: str) -> list[dict[str, Any]]:
-    """The content blocks of the turn's user message (BackendError when an image file went
-    away since the engine checked it)."""
+    """The content blocks of the turn's user message: the role bootstrap, the images, then the
+    text (BackendError when an image file went away since the engine checked it). The text
+    comes last: claude attaches the files `@path` names only in a message's last block."""
     blocks: list[dict[str, Any]] = []
     if turn.bootstrap:
         blocks.append({"type": "text", "text": turn.bootstrap})
-    text = "\n\n".join(t for t in (turn.text, _references(turn)) if t)
-    if text:
-        blocks.append({"type": "text", "text": text})
     try:
         images = await resolve_images(turn.input, cwd)
     except OSError as exc:
         raise b.BackendError(f"cannot read the turn's image: {exc}") from None
     blocks += [_image_block(image) for image in images]
-    return blocks or [{"type": "text", "text": text}]
+    text = "\n\n".join(t for t in (turn.text, _references(turn)) if t)
+    if text or not blocks:
+        blocks.append({"type": "text", "text": text})
+    return blocks
 
 
 def user_line(content: str | list[dict[str, Any]], message_uuid: str | None = None) -> bytes:

@@ -24,6 +24,8 @@ __all__ = ["EFFORTS", "SPEC"]
 
 #: The efforts the CLI takes (`--effort`, `effortLevel`); Codex's lower ones map to `low`.
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
+#: What `model/list` offers: the ones `turn/start.effort` can name (Codex's; no `max`).
+_OFFERED = EFFORTS[:-1]
 _ROLE = "`--append-system-prompt` plus one bootstrap message on the first turn"
 
 SPEC = BackendSpec(
@@ -78,7 +80,7 @@ SPEC = BackendSpec(
         ("haiku", "Claude Haiku", "Alias resolved by the claude CLI"),
         ("opusplan", "Opus to plan, Sonnet to act", "Alias resolved by the claude CLI"),
     ),
-    efforts=tuple((e, f"{e} effort") for e in EFFORTS),
+    efforts=tuple((e, f"{e} effort") for e in _OFFERED),
     default_effort="medium",
     model_patterns=(
         r"claude",  # claude-opus-5-5, claude-sonnet-4-5@20250929 (Vertex), ...
