@@ -258,7 +258,12 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                 self.healthy = False
                 raise _failure_from_exit(self.proc, "exited in the middle of a turn")
             mtype = message.get("type")
-            await self._note_taken(message, ctx)
+            if (dropped := await self._note_taken(message, ctx)) is not None:
+                # claude dropped the turn's message before it ran (an interrupt while it
+                # was queued): no `result` follows.
+                if self._stopping:
+                    return first_failure or b.TurnOutcome("interrupted")
+                raise b.BackendError(f"claude did not run the turn's message ({dropped})")
             if mtype == "result":
                 self._check_resumable(message)
                 for names in failed.values():  # (no mcp_status answer in time: no reason)
@@ -322,20 +327,23 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         response = {"subtype": "error", "request_id": request_id, "error": error}
         await self._write({"type": "control_response", "response": response})
 
-    async def _note_taken(self, message: dict[str, Any], ctx: b.TurnContext) -> None:
+    async def _note_taken(self, message: dict[str, Any], ctx: b.TurnContext) -> str | None:
         """Forget the input `message` says claude took in, or dropped (a warning says so of a
-        steer; the turn's own message is dropped only when the turn is interrupted)."""
+        steer); the state, when it dropped the turn's own message before running it."""
         if message.get("type") == "command_lifecycle":
             self._lifecycle.set()
         if not self._queued:
-            return
+            return None
         done, dropped = taken_inputs(message)
         self._queued -= done
+        state = str(message.get("state"))
         for message_uuid in dropped & self._queued:
             self._queued.discard(message_uuid)
-            if message_uuid != self._main and not self._stopping:
-                reason = message.get("state")
-                await ctx.emit(b.Warning(f"claude did not take the added input ({reason})"))
+            if message_uuid == self._main:
+                return state
+            if not self._stopping:
+                await ctx.emit(b.Warning(f"claude did not take the added input ({state})"))
+        return None
 
     def _check_resumable(self, message: dict[str, Any]) -> None:
         try:
