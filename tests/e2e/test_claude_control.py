@@ -178,9 +178,10 @@ async def test_stream_images_and_overrides(nursery: trio.Nursery, claude_env: Cl
 # -- stream mode: steer, inject_items, fork, compact ---------------------------------------------
 
 
-async def _steer_twice(srv: ServerProcess, env: ClaudeEnv, tid: str) -> None:
-    """Steer while a tool runs (joins the turn's next model call), then while the model gives
-    its last answer (claude runs it right after: still the same turn)."""
+async def _steer(srv: ServerProcess, tid: str) -> None:
+    """Steer while a tool runs (joins the turn's next model call), while the model gives its
+    last answer (claude runs it right after: still the same turn), and just before an
+    interrupt."""
     turn_id = await start_turn(srv, tid, text("slow task: wait a bit"))
     seen: list[Any] = []
     await srv.wait_for(
@@ -204,6 +205,16 @@ async def _steer_twice(srv: ServerProcess, env: ClaudeEnv, tid: str) -> None:
     assert long_answer.startswith("A long answer") and cherry == "Noted CHERRY."
     steered = [i for i in items_completed(events, "userMessage") if "CHERRY" in json.dumps(i)]
     assert len(steered) == 1
+
+    # interrupted with a steer still queued: claude drops it (no turn of its own runs later)
+    turn_id = await start_turn(srv, tid, text("long answer again"))
+    seen = []
+    await srv.wait_method("item/agentMessage/delta", seen=seen)
+    await steer(srv, tid, turn_id, "steer three: never seen")
+    await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+    done, events = await srv.collect_turn(turn_id, timeout=60, events=seen)
+    assert done["params"]["turn"]["status"] == "interrupted"
+    assert completions(events, turn_id) == 1
 
 
 async def test_stream_steer_inject_fork_compact(
@@ -235,7 +246,7 @@ async def test_stream_steer_inject_fork_compact(
         assert await srv.call("thread/inject_items", {"threadId": tid, "items": earlier}) == {}
         t, _ = await turn(srv, tid, "what was the word?")
         assert status(t) == "completed"
-        await _steer_twice(srv, env, tid)
+        await _steer(srv, tid)
 
         forked = await srv.call("thread/fork", {"threadId": tid})
         fork = forked["thread"]["id"]
@@ -257,6 +268,7 @@ async def test_stream_steer_inject_fork_compact(
     assert said(asked, "The secret word is PAPAYA.") == 1
     source = requests_saying(env, "the source asks")[0]
     assert said(source, "The secret word is PAPAYA.") == 1
+    assert not requests_saying(env, "steer three")
     # steer one reached the model inside the running turn: next to the tool's result
     joined = requests_saying(env, "steer one")[0]
     assert any(b.get("type") == "tool_result" for b in last_user(joined))
