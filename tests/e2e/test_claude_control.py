@@ -4,8 +4,9 @@ real `claude` CLI against the scripted fake Anthropic API (tests/fakes/anthropic
 Each test asserts what the model API received: images as Anthropic image blocks, a model and an
 effort in the next model request (applied without restarting the CLI in stream mode, and kept
 for later turns), a foreign model name left out, steer text inside the running turn, a fork's
-history, the compaction request, injected history sent once. Every message threadline writes
-is validated against schemas/ by the test client.
+history, the compaction request, injected history sent once; and that `thread/delete` with
+`deleteBackendSession` removes claude's transcript. Every message threadline writes is
+validated against schemas/ by the test client.
 """
 
 from __future__ import annotations
@@ -155,6 +156,12 @@ async def test_stream_images_and_overrides(nursery: trio.Nursery, claude_env: Cl
         await run(srv, tid, text("fourth: moved"), cwd=str(other))
         moved = await wait_claude_pid(srv)
         assert moved != pid and os.readlink(f"/proc/{moved}/cwd") == str(other)
+        # thread/delete with deleteBackendSession: claude's transcript goes too
+        sid = env.thread_record(tid)["backend_session_id"]
+        transcript = f"projects/*/{sid}.jsonl"
+        assert list(env.config_dir.glob(transcript))
+        await srv.call("thread/delete", {"threadId": tid, "deleteBackendSession": True})
+        assert not list(env.config_dir.glob(transcript))
 
     first, second, third, fourth = turn_requests(env)
     assert first.model and first.model.startswith("claude-"), first.model

@@ -16,8 +16,11 @@ its original cwd; 2.1.332 resumes it from any (a new cwd is a restart, see spec.
 
 from __future__ import annotations
 
+import glob
 import logging
-from collections.abc import AsyncIterator
+import os
+import re
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from .. import base as b
@@ -29,6 +32,8 @@ from .stream import ClaudeStreamSession
 __all__ = ["ClaudeBackend"]
 
 log = logging.getLogger("threadline.backend.claude")
+
+_SESSION_ID = re.compile(r"[0-9A-Fa-f-]{36}\Z")
 
 
 class ClaudeBackend(b.Backend):
@@ -50,6 +55,17 @@ class ClaudeBackend(b.Backend):
         session = ClaudeStreamSession(settings, binary, self._unsaved)
         async with running(session.run_process, session.close):
             yield session
+
+    def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
+        """Claude Code's transcript of the session, `<config>/projects/<key>/<id>.jsonl`, in
+        whichever project directory claude filed it: the key is the session's first cwd (or
+        its git root), not necessarily the thread's cwd now."""
+        if not _SESSION_ID.match(session_id):
+            return []
+        home = env.get("HOME") or os.path.expanduser("~")
+        config = env.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")
+        pattern = os.path.join(glob.escape(config), "projects", "*", f"{session_id}.jsonl")
+        return sorted(glob.glob(pattern))
 
 
 def create() -> ClaudeBackend:
