@@ -4,9 +4,9 @@ real `claude` CLI against the scripted fake Anthropic API (tests/fakes/anthropic
 Each test asserts what the model API received: images as Anthropic image blocks, a model and an
 effort in the next model request (applied without restarting the CLI in stream mode, and kept
 for later turns), a foreign model name left out, steer text inside the running turn, a fork's
-history, the compaction request, injected history sent once; and that `thread/delete` with
-`deleteBackendSession` removes claude's transcript. Every message threadline writes is
-validated against schemas/ by the test client.
+history, the compaction request, injected history sent once; `model/list` from the running
+claude; `thread/delete` with `deleteBackendSession` removing claude's transcript. Every
+message threadline writes is validated against schemas/ by the test client.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tests.e2e.claude_env import ClaudeEnv, wait_claude_pid
 from tests.fakes.anthropic import RecordedRequest, Rule, Step, Text, ToolUse
 from tests.support.client import ServerProcess, notifications
 from tests.support.events import agent_text, items_completed, items_started, status, turn
+from threadline.backends.registry import SPECS
 
 pytestmark = pytest.mark.e2e
 
@@ -145,6 +146,13 @@ async def test_stream_images_and_overrides(nursery: trio.Nursery, claude_env: Cl
         ]
         await run(srv, tid, inputs)
         pid = await wait_claude_pid(srv)
+        # model/list: what the running claude listed (its aliases and their efforts)
+        listed = (await srv.call("model/list", {"modelProvider": "claude"}))["data"]
+        [default] = [m for m in listed if m["isDefault"]]
+        assert default["model"] == "default" and default["id"] == "claude/default"
+        assert default["description"] != SPECS["claude"].models[0][2], default
+        assert {"opus", "sonnet", "haiku"} <= {m["model"] for m in listed}
+        assert "xhigh" in [e["reasoningEffort"] for e in default["supportedReasoningEfforts"]]
 
         # model and effort: applied to the live CLI (same process), in the next request ...
         await run(srv, tid, text("second: switch"), model="claude-sonnet-4-6", effort="high")

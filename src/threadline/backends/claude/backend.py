@@ -23,6 +23,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
+from ... import protocol as p
 from .. import base as b
 from ..kit.spawn import running
 from .print import ClaudePrintSession
@@ -45,6 +46,8 @@ class ClaudeBackend(b.Backend):
         #: Session ids recorded for a thread whose transcript the CLI never wrote (it was
         #: killed first): `--resume` of them fails, so they restart under the same id.
         self._unsaved: set[str] = set()
+        #: The stream sessions open now (`list_models` asks their claude's model list).
+        self._live: list[ClaudeStreamSession] = []
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
@@ -54,7 +57,20 @@ class ClaudeBackend(b.Backend):
             return
         session = ClaudeStreamSession(settings, binary, self._unsaved)
         async with running(session.run_process, session.close):
-            yield session
+            self._live.append(session)
+            try:
+                yield session
+            finally:
+                self._live.remove(session)
+
+    async def list_models(self) -> list[p.Model]:
+        """The models a running claude listed in its `initialize` answer (its aliases, what
+        each stands for now, their efforts); the spec's aliases while none runs (starting
+        one only to ask would cost a second)."""
+        for session in self._live:
+            if session.models:
+                return list(session.models)
+        return self.models()
 
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
         """Claude Code's transcript of the session, `<config>/projects/<key>/<id>.jsonl`, in

@@ -10,7 +10,7 @@ import trio
 from .. import base as b
 from .invocation import effort_level
 
-__all__ = ["INTERRUPT", "Replies", "live_request", "taken_inputs"]
+__all__ = ["INTERRUPT", "Replies", "Reply", "live_request", "taken_inputs"]
 
 #: Stop the running turn, and the input queued behind it (a steer not taken in yet): else
 #: it would run as a turn of its own once the interrupted one ended.
@@ -46,7 +46,9 @@ def taken_inputs(message: dict[str, Any]) -> tuple[set[str], set[str]]:
     return done, dropped
 
 
-class _Reply:
+class Reply:
+    """The answer to one control request, once `arrived` is set (None: the CLI is gone)."""
+
     def __init__(self) -> None:
         self.arrived = trio.Event()
         self.response: dict[str, Any] | None = None
@@ -57,10 +59,10 @@ class Replies:
     stdout reader hands each answer over (`deliver`) instead of queueing it for the turn."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, _Reply] = {}
+        self._waiting: dict[str, Reply] = {}
 
-    def expect(self, request_id: str) -> _Reply:
-        reply = self._waiting[request_id] = _Reply()
+    def expect(self, request_id: str) -> Reply:
+        reply = self._waiting[request_id] = Reply()
         return reply
 
     def forget(self, request_id: str) -> None:

@@ -13,11 +13,11 @@ import trio
 
 from ...channels import drain, receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
-from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
+from ...protocol import Model, ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
 from ..kit.spawn import LiveCliSession
 from .content import COMPACT, new_uuid, user_line, user_message
-from .controls import INTERRUPT, Replies, live_request, taken_inputs
+from .controls import INTERRUPT, Replies, Reply, live_request, taken_inputs
 from .invocation import (
     _DECLINE_MESSAGE,
     ClaudeSession,
@@ -27,6 +27,7 @@ from .invocation import (
 )
 from .mapping import EDIT_TOOLS, ClaudeTurnMapper
 from .mcp import failure_message, server_errors
+from .models import claude_models
 from .spec import SPEC
 
 __all__ = ["ClaudeStreamSession"]
@@ -51,6 +52,8 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         self._request_seq = 0
         self._in_turn = False
         self._replies = Replies()
+        #: The models claude's `initialize` answer listed ([] until it came).
+        self.models: list[Model] = []
         #: The running turn's user messages (its own, steers) claude has not taken in yet.
         self._queued: set[str] = set()
         self._main: str | None = None
@@ -74,7 +77,17 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
 
     async def opened(self, proc: GroupProcess, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._read_stdout, proc, nursery.cancel_scope)
-        await self._write_control({"subtype": "initialize", "hooks": None})
+        request_id, reply = await self._send({"subtype": "initialize", "hooks": None})
+        nursery.start_soon(self._initialized, request_id, reply)
+
+    async def _initialized(self, request_id: str, reply: Reply) -> None:
+        """Keep the models claude's `initialize` answer lists (`model/list`)."""
+        with trio.move_on_after(60):
+            await reply.arrived.wait()
+        self._replies.forget(request_id)
+        response = reply.response or {}
+        if response.get("subtype") == "success":
+            self.models = claude_models((response.get("response") or {}).get("models"))
 
     def ended(self) -> None:
         self._replies.close()
@@ -125,13 +138,22 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         await self._write({"type": "control_request", "request_id": request_id, "request": request})
         return request_id
 
-    async def _ask(self, request: dict[str, Any], timeout: float = 10.0) -> dict[str, Any] | None:
-        """Send a control request and wait for its answer; None when none came in time (or
-        the CLI is gone)."""
+    async def _send(self, request: dict[str, Any]) -> tuple[str, Reply]:
+        """Send a control request whose answer is to come to the returned `Reply`."""
         request_id = self._request_id()
         reply = self._replies.expect(request_id)
         try:
             await self._write_control(request, request_id)
+        except BaseException:
+            self._replies.forget(request_id)
+            raise
+        return request_id, reply
+
+    async def _ask(self, request: dict[str, Any], timeout: float = 10.0) -> dict[str, Any] | None:
+        """Send a control request and wait for its answer; None when none came in time (or
+        the CLI is gone)."""
+        request_id, reply = await self._send(request)
+        try:
             with trio.move_on_after(timeout):
                 await reply.arrived.wait()
         finally:
