@@ -72,6 +72,8 @@ __all__ = [
     "ThreadSettingsParams",
     "ThreadStartParams",
     "ThreadStartResponse",
+    "ThreadUnsubscribeParams",
+    "ThreadUnsubscribeResponse",
     "TurnInterruptParams",
     "TurnInterruptResponse",
     "TurnStartParams",
@@ -293,6 +295,14 @@ class ThreadArchiveResponse(Base, kw_only=True):
     pass
 
 
+class ThreadUnsubscribeParams(Base, kw_only=True):
+    thread_id: str
+
+
+class ThreadUnsubscribeResponse(Base, kw_only=True):
+    status: Literal["unsubscribed", "notSubscribed", "notLoaded"]
+
+
 class ThreadLoadedListParams(_PageParams, kw_only=True):
     pass
 
@@ -367,6 +377,7 @@ CLIENT_METHODS: dict[str, tuple[type[Base], type[Base]]] = {
     "thread/read": (ThreadReadParams, ThreadReadResponse),
     "thread/archive": (ThreadArchiveParams, ThreadArchiveResponse),
     "thread/loaded/list": (ThreadLoadedListParams, ThreadLoadedListResponse),
+    "thread/unsubscribe": (ThreadUnsubscribeParams, ThreadUnsubscribeResponse),
     "thread/fork": (ThreadForkParams, ThreadForkResponse),
     "thread/unarchive": (ThreadUnarchiveParams, ThreadUnarchiveResponse),
     "thread/delete": (ThreadDeleteParams, ThreadDeleteResponse),

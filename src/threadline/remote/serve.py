@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import trio
@@ -20,7 +21,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_st
 
 from ..backends.base import Backend
 from ..protocol import CLIENT_METHODS, InitializeParams, InitializeResponse
-from ..rpc.connection import Connection, Reply
+from ..rpc.connection import Connection
 from ..rpc.dispatch import Dispatcher, PreparedCall
 from ..rpc.errors import INVALID_REQUEST
 from ..rpc.peer import Peer
@@ -30,6 +31,7 @@ from ..server.config import ServerConfig
 from ..server.handshake import initialize_response, opt_out_methods
 from ..server.hub import Hub
 from ..server.service import ThreadService
+from ..server.subscriptions import SUBSCRIBING, subscribing, unsubscribe_handler
 from ..store import ThreadStore
 from .address import ListenAddress
 from .auth import WsAuth
@@ -43,8 +45,6 @@ log = logging.getLogger("threadline.listen")
 
 #: Seconds a connection may take to send its HTTP request head.
 HEAD_TIMEOUT = 10.0
-#: Methods whose caller is attached to the thread they answer with.
-_ATTACHING = ("thread/start", "thread/resume", "thread/fork")
 
 
 class ListenerServer:
@@ -194,8 +194,11 @@ class ListenerServer:
     def _dispatcher(self, peer: Peer) -> Dispatcher:
         assert self.service is not None
         handlers: dict[str, Any] = routes.handlers(self.service)
-        for method in _ATTACHING:
-            handlers[method] = self._attaching(handlers[method], peer)
+        for method in SUBSCRIBING:
+            handlers[method] = subscribing(handlers[method], partial(self.hub.attach, peer=peer))
+        handlers["thread/unsubscribe"] = unsubscribe_handler(
+            self.service, partial(self.hub.detach, peer=peer)
+        )
 
         async def initialize(p: InitializeParams) -> InitializeResponse:
             peer.opt_out = opt_out_methods(p)
@@ -206,17 +209,6 @@ class ListenerServer:
 
         handlers["initialize"] = initialize
         return Dispatcher({m: (CLIENT_METHODS[m][0], h) for m, h in handlers.items()})
-
-    def _attaching(
-        self, handler: Callable[[Any], Awaitable[Any]], peer: Peer
-    ) -> Callable[[Any], Awaitable[Any]]:
-        async def attach_caller(params: Any) -> Any:
-            result = await handler(params)
-            response = result.result if isinstance(result, Reply) else result
-            self.hub.attach(response.thread.id, peer)
-            return result
-
-        return attach_caller
 
 
 async def _run_initialize(call: PreparedCall) -> Any:

@@ -17,7 +17,7 @@ import trio
 from ..channels import send_ready
 from .errors import RpcError
 
-__all__ = ["Peer", "PeerGone", "PeerResponse"]
+__all__ = ["Peer", "PeerGone", "PeerResponse", "thread_of"]
 
 log = logging.getLogger("threadline.rpc")
 
@@ -68,6 +68,14 @@ class PeerResponse(msgspec.Struct, frozen=True):
     error: dict[str, Any] | None = None
 
 
+def thread_of(params: Any) -> str | None:
+    """The thread a message is about: its `threadId`, or `thread.id` (`thread/started`)."""
+    tid = getattr(params, "thread_id", None)
+    if tid is None:
+        tid = getattr(getattr(params, "thread", None), "id", None)
+    return tid if isinstance(tid, str) else None
+
+
 class Peer:
     def __init__(self, outbox: trio.MemorySendChannel[bytes]) -> None:
         self._outbox = outbox
@@ -77,6 +85,9 @@ class Peer:
         self._closed = False
         #: Notification methods the client opted out of (initialize capabilities).
         self.opt_out: frozenset[str] = frozenset()
+        #: Threads the client unsubscribed from (`thread/unsubscribe`): their notifications
+        #: are not sent.
+        self.unsubscribed: set[str] = set()
 
     @property
     def closed(self) -> bool:
@@ -96,7 +107,7 @@ class Peer:
         await self._send(message)
 
     async def notify(self, method: str, params: Any) -> None:
-        if method in self.opt_out:
+        if method in self.opt_out or (self.unsubscribed and thread_of(params) in self.unsubscribed):
             return
         await self._send(
             _Notification(method=method, params=params, emittedAtMs=time.time_ns() // 1_000_000)

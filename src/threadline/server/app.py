@@ -24,6 +24,7 @@ from . import routes
 from .config import ServerConfig
 from .handshake import Handshake, backend_info, initialize_response, opt_out_methods
 from .service import ThreadService
+from .subscriptions import SUBSCRIBING, subscribing, unsubscribe_handler
 
 __all__ = ["Server", "backend_infos", "serve_stdio"]
 
@@ -103,6 +104,11 @@ class Server:
                 )
                 self.service = service
                 handlers = {"initialize": self._initialize, **routes.handlers(service)}
+                for method in SUBSCRIBING:
+                    handlers[method] = subscribing(handlers[method], peer.unsubscribed.discard)
+                handlers["thread/unsubscribe"] = unsubscribe_handler(
+                    service, lambda tid: _unsubscribe(peer, tid)
+                )
                 dispatcher = Dispatcher({m: (CLIENT_METHODS[m][0], h) for m, h in handlers.items()})
                 self._peer = peer
                 connection = Connection(
@@ -133,6 +139,14 @@ class Server:
             self.backends, self.config.cli_path, cli_path_for=self.config.default_backend
         )
         return initialize_response(p, self.store.root, infos)
+
+
+def _unsubscribe(peer: Peer, thread_id: str) -> bool:
+    """The stdio client stops following `thread_id`; whether it followed it."""
+    if thread_id in peer.unsubscribed:
+        return False
+    peer.unsubscribed.add(thread_id)
+    return True
 
 
 async def serve_stdio(server: Server) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from ..rpc.peer import Peer, PeerGone, PeerResponse
+from ..rpc.peer import Peer, PeerGone, PeerResponse, thread_of
 
 __all__ = ["Hub"]
 
@@ -53,14 +53,6 @@ class _Asking:
             self.live -= 1
             if self.answer is not None or (self.live == 0 and not self._linger):
                 self.done.set()
-
-
-def _thread_of(params: Any) -> str | None:
-    """The thread a message is about: its `threadId`, or `thread.id` (`thread/started`)."""
-    tid = getattr(params, "thread_id", None)
-    if tid is None:
-        tid = getattr(getattr(params, "thread", None), "id", None)
-    return tid if isinstance(tid, str) else None
 
 
 class Hub(Peer):
@@ -108,7 +100,7 @@ class Hub(Peer):
     # -- the Peer interface the engine uses -----------------------------------------------------
 
     def _targets(self, params: Any) -> list[Peer]:
-        tid = _thread_of(params)
+        tid = thread_of(params)
         return self.attached(tid) if tid is not None else list(self.connections)
 
     async def send_message(self, message: Any) -> None:
@@ -126,7 +118,7 @@ class Hub(Peer):
         try:
             async with trio.open_nursery() as nursery:
                 asking = _Asking(method, params, rid, nursery, linger)
-                self._asking[rid] = (_thread_of(params), asking)
+                self._asking[rid] = (thread_of(params), asking)
                 for peer in self._targets(params):
                     asking.ask(peer)
                 if asking.live or linger:

@@ -12,6 +12,7 @@ export type ClientRequest =
   | ThreadReadRequest
   | ThreadArchiveRequest
   | ThreadLoadedListRequest
+  | ThreadUnsubscribeRequest
   | ThreadForkRequest
   | ThreadUnarchiveRequest
   | ThreadDeleteRequest
@@ -273,6 +274,15 @@ export interface ThreadLoadedListRequest {
 export interface ThreadLoadedListParams {
   cursor?: string | null;
   limit?: number | null;
+}
+export interface ThreadUnsubscribeRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/unsubscribe";
+  params?: ThreadUnsubscribeParams;
+}
+export interface ThreadUnsubscribeParams {
+  threadId: string;
 }
 export interface ThreadForkRequest {
   id: RequestId;
@@ -1286,6 +1296,9 @@ export interface ThreadTurnsListResponse {
 export interface ThreadUnarchiveResponse {
   thread: Thread;
 }
+export interface ThreadUnsubscribeResponse {
+  status: "notLoaded" | "notSubscribed" | "unsubscribed";
+}
 export interface ToolRequestApprovalResponse {
   decision: "accept" | "acceptForSession" | "cancel" | "decline";
 }
@@ -1376,6 +1389,10 @@ export interface ClientRequests {
   "thread/unarchive": {
     params: ThreadUnarchiveParams;
     result: ThreadUnarchiveResponse;
+  };
+  "thread/unsubscribe": {
+    params: ThreadUnsubscribeParams;
+    result: ThreadUnsubscribeResponse;
   };
   "turn/cancel": {
     params: TurnInterruptParams;
@@ -1469,6 +1486,7 @@ export const CLIENT_REQUEST_METHODS = [
   "thread/start",
   "thread/turns/list",
   "thread/unarchive",
+  "thread/unsubscribe",
   "turn/cancel",
   "turn/interrupt",
   "turn/start",

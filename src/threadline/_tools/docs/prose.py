@@ -199,6 +199,11 @@ _SUMMARIES = {
     "thread/archive": "Stop the thread's CLI, unload it and mark it archived (hidden from "
     "`thread/list` unless `archived: true`; cannot be resumed). `thread/archived` follows.",
     "thread/loaded/list": "The ids of the threads loaded in this server process.",
+    "thread/unsubscribe": "Stop receiving a thread's notifications on this connection "
+    "(`unsubscribed`; `notSubscribed` if it was not; `notLoaded`). The thread stays loaded "
+    "and its turns go on; `thread/start`, `thread/resume` and `thread/fork` subscribe. With "
+    "several connections (`--listen`) it also stops the thread's server requests coming "
+    "here.",
     "turn/start": "Start a turn on a loaded thread. Answered at once with `status: "
     "inProgress`; the turn is then reported by notifications and ends with exactly one "
     "`turn/completed`. `input` holds `text`, `image` (an http(s) or base64 data URL) and "

@@ -285,6 +285,8 @@ class _Lifetime:
         self.keep("model/list")
         await self.client.request("thread/loaded/list", {})
         self.keep("thread/loaded/list")
+        await self.client.request("thread/unsubscribe", {"threadId": thread_a})
+        self.keep("thread/unsubscribe")
         return thread_b
 
     async def example_turns(self, thread_id: str) -> None:
