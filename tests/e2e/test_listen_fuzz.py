@@ -101,6 +101,20 @@ async def test_fragmented_and_broken_frames(home: Path, workdir: Path) -> None:
             bad = await raw_client(srv.url)
             await bad.stream.send_all(b"".join(frames))
             await bad.stream.aclose()
+        # Handshakes cut short: the head only, an upgrade with a bad key, half a request line.
+        upgrade = (
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Version: 13\r\n"
+        )
+        for data in (
+            upgrade + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            upgrade + b"\r\n",
+            b"GET / HT",
+        ):
+            host, _, port = srv.url[len("ws://") :].rpartition(":")
+            stream = await trio.open_tcp_stream(host, int(port))
+            await stream.send_all(data)
+            await stream.aclose()
         # The other connection and new ones are served as before.
         tid = str(
             (await other.call("thread/start", {"modelProvider": "mock", "cwd": str(workdir)}))[

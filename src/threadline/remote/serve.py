@@ -135,6 +135,10 @@ class ListenerServer:
             await self._gate(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.info("connection ended: %r", exc)
+        except Exception:
+            # Last line of defence: one connection's failure (a handshake cut short, a
+            # library error) must never end the server and every other connection.
+            log.exception("a connection failed")
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
