@@ -24,11 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from _harness import Result, ms, print_table
-from p3_throughput import _replay_cli, _rss_kb, _Stdio, record
+from p3_throughput import _DECODE, _replay_cli, _rss_kb, _Stdio, record
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request, TextMessage
 
@@ -50,7 +51,7 @@ class _Ws:
             head += chunk
         self.address = (found.group(1).decode(), int(found.group(2)))
         self.sock, self.ws = self.connect()
-        self.pending: list[str] = []
+        self.pending: deque[bytes] = deque()
         self.buffer = b""
         self.next_id = 0
 
@@ -72,18 +73,18 @@ class _Ws:
         self.sock.sendall(self.ws.send(TextMessage(data=message)))
         return self.next_id
 
-    def read_text(self) -> str:
-        """The next text message. After the handshake, frames are split here rather than by
-        wsproto (whose per-frame cost in Python would make this client the bottleneck, as
-        P3's stdio client reads raw lines): the server's frames are unmasked, and anything
-        but a final text frame is an error."""
+    def read_text(self) -> bytes:
+        """The next text message (its UTF-8 bytes). After the handshake, frames are split
+        here rather than by wsproto (whose per-frame cost in Python would make this client
+        the bottleneck, as P3's stdio client reads raw lines): the server's frames are
+        unmasked, and anything but a final text frame is an error."""
         while not self.pending:
             data = self.sock.recv(1 << 20)
             if not data:
                 raise RuntimeError("the server closed the connection")
             self.buffer += data
             self._split()
-        return self.pending.pop(0)
+        return self.pending.popleft()
 
     def _split(self) -> None:
         buf, pos = self.buffer, 0
@@ -98,7 +99,7 @@ class _Ws:
                 break
             if first != 0x81:
                 raise RuntimeError(f"unexpected frame 0x{first:02x} from the server")
-            self.pending.append(buf[pos + head : pos + head + size].decode())
+            self.pending.append(buf[pos + head : pos + head + size])
             pos += head + size
         self.buffer = buf[pos:]
 
@@ -117,10 +118,10 @@ class _Ws:
         parts: list[str] = []
         while True:
             text = self.read_text()
-            if '"item/agentMessage/delta"' in text:
-                parts.append(json.loads(text)["params"]["delta"])
-            elif '"turn/completed"' in text:
-                status = json.loads(text)["params"]["turn"]["status"]
+            if b'"item/agentMessage/delta"' in text:
+                parts.append(_DECODE.decode(text)["params"]["delta"])
+            elif b'"turn/completed"' in text:
+                status = _DECODE.decode(text)["params"]["turn"]["status"]
                 if status != "completed":
                     raise RuntimeError(f"turn {status}")
                 return time.perf_counter() - t0, len(parts), "".join(parts)
