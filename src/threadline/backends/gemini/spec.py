@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, acp_capabilities, per_turn_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities, per_turn_capabilities
 
 __all__ = ["SPEC"]
 
@@ -10,7 +10,16 @@ SPEC = BackendSpec(
     id="gemini",
     display_name="Gemini CLI",
     capabilities={
-        "acp": acp_capabilities("gemini --acp"),
+        "acp": mode_capabilities(
+            "one `gemini --acp` per working directory shared by its threads (ACP over stdio);"
+            " resume with `session/load`",
+            "bootstrap text block prepended to the first prompt",
+            # (ACP `image` blocks: its initialize offers promptCapabilities.image.)
+            images=True,
+            # model: session/set_model; approvalPolicy: session/set_mode default|yolo. No
+            # effort option, no session/fork, no compaction command over ACP (0.61.0).
+            overrides={"model": "native"},
+        ),
         "headless": per_turn_capabilities(
             ("`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"),
             "bootstrap text prepended to the first prompt",
@@ -25,6 +34,7 @@ SPEC = BackendSpec(
         ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
     ),
     no_credentials="no GEMINI_API_KEY (a logged-in CLI may still work)",
+    model_patterns=("gemini-",),
     models=(
         ("default", "default", "Gemini CLI's automatic model routing"),
         ("gemini-2.5-pro", "gemini-2.5-pro", "passed to gemini -m"),

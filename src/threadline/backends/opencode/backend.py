@@ -43,7 +43,7 @@ class OpenCodeBackend(PooledAcpBackend):
         return OpenCodeRunSession(settings, binary)
 
     def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
-        env = _env(settings)
+        env = _env(settings, with_model=False)  # (set per session: `OpenCodeAcpSession`)
         # Threads with other permissions or config need an agent of their own; so do threads
         # with other MCP servers (OpenCode adds a session's servers to its whole directory).
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")

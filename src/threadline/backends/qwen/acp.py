@@ -27,8 +27,8 @@
   not start is a line on stderr, "Warning: MCP server(s) failed to start: a, b. ...", naming
   no session: each session of the agent with a server of that name reports it (a warning at
   its next turn).
-- `craft/drainMidTurnQueue` requests (messages a client queued mid-turn) are refused as not
-  implemented, which qwen takes as "unsupported" and stops asking.
+- `craft/drainMidTurnQueue` requests (messages a client queued mid-turn, asked for after each
+  tool round) are answered with the input `turn/steer` added to the running turn (`steer`).
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ from ..kit.acp import (
     McpCall,
     usage_from_prompt_result,
 )
+from ..kit.acp.inputs import input_blocks
 from ..kit.mcp import DYNAMIC_TOOLS_SERVER
 from ..kit.usage import add_usage
 from .api_records import watch_api_records
 from .invocation import prompt_failure
 from .spec import SPEC
+from .steer import DRAIN_METHOD, SteerQueue
 
 __all__ = ["QwenAcpSession", "acp_stderr_line", "split_mcp_tool"]
 
@@ -89,12 +91,14 @@ class QwenAcpSession(AcpSession):
         self._preparing: dict[str, dict[str, Any]] = {}  # call id → its first announcement
         self._turn_usage: TokenUsageBreakdown | None = None
         self._reported: set[str] = set()  # MCP servers whose failure to start was reported
+        self._steered = SteerQueue()  # input added to the running turn (`turn/steer`)
 
-    async def configure(self) -> None:
-        mode = "yolo" if self.settings.approval_policy == "never" else "default"
-        await self.host.request(
-            "session/set_mode", {"sessionId": self.session_id, "modeId": mode}, timeout=30
-        )
+    #: A model qwen does not list (its settings' models) comes with `--model` on a new agent.
+    model_by_restart = True
+    compact_command = "compress"
+
+    def approval_mode(self, policy: b.ApprovalPolicy) -> str | None:
+        return "yolo" if policy == "never" else "default"
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self._preparing.clear()
@@ -105,10 +109,24 @@ class QwenAcpSession(AcpSession):
                 self._reported.add(server.name)
                 message = f"MCP server '{server.name}' did not start: qwen: failed to start"
                 await ctx.emit(b.Warning(message))
-        outcome = await super().run_turn(turn, ctx)
+        self._steered.open = True
+        try:
+            outcome = await super().run_turn(turn, ctx)
+            # Input added to the turn that qwen did not take: one more prompt of the turn.
+            while (outcome is None or outcome.status == "completed") and (
+                rest := self._steered.rest(turn.turn_id)
+            ):
+                outcome = await super().run_turn(rest, ctx)
+        finally:
+            self._steered.open = False
+            self._steered.clear()
         if self._turn_usage is not None:
             await ctx.emit(b.TokenUsageUpdated(self._usage.add(self._turn_usage)))
         return outcome
+
+    async def steer(self, turn: b.TurnInput) -> None:
+        blocks, _ = await input_blocks(turn.input, self.settings.cwd, images=True)
+        self._steered.add(turn, blocks)
 
     def on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
@@ -168,6 +186,8 @@ class QwenAcpSession(AcpSession):
         return bool(self._preparing)
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        if method == DRAIN_METHOD:
+            return self._steered.drain()
         if method == "session/request_permission":
             call = params.get("toolCall")
             if isinstance(call, dict):
