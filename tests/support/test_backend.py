@@ -29,6 +29,7 @@ from typing import Any, Literal
 import trio
 
 from threadline.backends import base as b
+from threadline.backends.spec import mode_capabilities
 from threadline.protocol import AgentMessageItem, BackendCapabilities, Model
 
 __all__ = [
@@ -183,13 +184,10 @@ class ScriptedBackend(b.Backend):
         self.returned_turns: list[str] = []
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return BackendCapabilities(
-            approvals=True,
-            interrupt=self.supports_interrupt,
-            resume=True,
-            deltas=True,
-            reasoning=True,
-        )
+        return mode_capabilities("in-process test script", "", interrupt=self.supports_interrupt)
+
+    def foreign_model(self, model: str) -> bool:
+        return model.startswith("foreign-")
 
     async def check(self, cli_path: str | None = None) -> b.BackendCheck:
         return b.BackendCheck(available=True, version="0-test")

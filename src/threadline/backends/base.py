@@ -378,8 +378,9 @@ class BackendSession(abc.ABC):
         this session was opened with; apply them to the live CLI before the next turn (a
         per-turn CLI reads them at its next spawn). Returns the fields it could not apply
         live: the engine then reopens the session, resuming the conversation. Only fields the
-        mode declares `native` or `restart` are passed."""
-        return changed
+        mode declares `native` or `restart` are passed. By default everything but the
+        approval policy (which the engine's router applies) needs a reopen."""
+        return changed - {"approvalPolicy"}
 
     async def steer(self, turn: TurnInput) -> None:
         """Add input to the running turn `turn.turn_id` (capability `steer`); the engine has
@@ -445,6 +446,12 @@ class Backend(abc.ABC):
         """Called once by the server with its threads nursery: backends that share one CLI
         process between threads (ACP) run those processes there, so they outlive any one
         thread and die with the server."""
+
+    async def delete_session(self, record: Any) -> str | None:
+        """`thread/delete` with `deleteBackendSession`: remove the CLI's own files of the
+        thread's session (`record.backend_session_id`, `record.cwd`). Returns a warning for the
+        client when it cannot, None once they are gone."""
+        return f"the {self.id} backend cannot delete its CLI's session files; they are kept"
 
     def foreign_model(self, model: str) -> bool:
         """True when `model` is another backend's model name and not this one's (see

@@ -15,6 +15,7 @@ __all__ = [
     "CodexErrorInfo",
     "DangerFullAccessSandbox",
     "ExternalSandbox",
+    "GitInfo",
     "GranularApproval",
     "ReadOnlySandbox",
     "SandboxMode",
@@ -150,6 +151,12 @@ class Turn(Base, kw_only=True):
     duration_ms: int | None = None
 
 
+class GitInfo(Base, kw_only=True):
+    branch: str | None = None
+    origin_url: str | None = None
+    sha: str | None = None
+
+
 class Thread(Base, kw_only=True):
     id: str
     session_id: str
@@ -170,3 +177,6 @@ class Thread(Base, kw_only=True):
     name: str | None = None
     path: str | None = None
     originator: str | None = None
+    #: The thread this one was forked from (`thread/fork`).
+    forked_from_id: str | None = None
+    git_info: GitInfo | None = None

@@ -17,7 +17,29 @@ from .common import (
     Thread,
     Turn,
 )
+from .control import (
+    ThreadCompactStartParams,
+    ThreadCompactStartResponse,
+    ThreadInjectItemsParams,
+    ThreadInjectItemsResponse,
+    TurnSteerParams,
+    TurnSteerResponse,
+)
 from .inputs import UserInput
+from .management import (
+    ThreadDeleteParams,
+    ThreadDeleteResponse,
+    ThreadItemsListParams,
+    ThreadItemsListResponse,
+    ThreadMetadataUpdateParams,
+    ThreadMetadataUpdateResponse,
+    ThreadSetNameParams,
+    ThreadSetNameResponse,
+    ThreadTurnsListParams,
+    ThreadTurnsListResponse,
+    ThreadUnarchiveParams,
+    ThreadUnarchiveResponse,
+)
 
 __all__ = [
     "CLIENT_METHODS",
@@ -37,6 +59,8 @@ __all__ = [
     "ServerInfo",
     "ThreadArchiveParams",
     "ThreadArchiveResponse",
+    "ThreadForkParams",
+    "ThreadForkResponse",
     "ThreadListParams",
     "ThreadListResponse",
     "ThreadLoadedListParams",
@@ -45,6 +69,7 @@ __all__ = [
     "ThreadReadResponse",
     "ThreadResumeParams",
     "ThreadResumeResponse",
+    "ThreadSettingsParams",
     "ThreadStartParams",
     "ThreadStartResponse",
     "TurnInterruptParams",
@@ -150,8 +175,9 @@ class InitializeResponse(Base, kw_only=True):
 # -- threads -------------------------------------------------------------------------------------
 
 
-class _ThreadSettings(Base, kw_only=True):
-    # What thread/start and thread/resume both set for the thread.
+class ThreadSettingsParams(Base, kw_only=True):
+    """What thread/start, thread/resume and thread/fork all set for the thread."""
+
     model: str | None = None
     model_provider: str | None = None
     cwd: str | None = None
@@ -176,7 +202,7 @@ class DynamicToolSpec(Base, kw_only=True):
     defer_loading: bool | None = None
 
 
-class ThreadStartParams(_ThreadSettings, kw_only=True):
+class ThreadStartParams(ThreadSettingsParams, kw_only=True):
     #: Client-defined tools (experimental in Codex; threadline accepts them without
     #: `experimentalApi`). Stored with the thread: a resumed thread offers them again.
     dynamic_tools: list[DynamicToolSpec] | None = None
@@ -195,13 +221,31 @@ class ThreadStartResponse(Base, kw_only=True):
     sandbox: SandboxPolicy
 
 
-class ThreadResumeParams(_ThreadSettings, kw_only=True):
+class ThreadResumeParams(ThreadSettingsParams, kw_only=True):
     thread_id: str
     exclude_turns: bool = False
 
 
 class ThreadResumeResponse(ThreadStartResponse, kw_only=True):
     pass
+
+
+class ThreadForkParams(ThreadSettingsParams, kw_only=True):
+    """`thread/fork`: a new thread with the source's history; the settings given override
+    the source's."""
+
+    thread_id: str
+    #: Codex's fork-by-rollout-path; threadline forks by `threadId` only.
+    path: str | None = None
+    #: Fork through this turn (inclusive); it must be the source's last finished turn, as a
+    #: CLI's fork copies its whole conversation.
+    last_turn_id: str | None = None
+    exclude_turns: bool = False
+    ephemeral: bool = False
+
+
+class ThreadForkResponse(ThreadStartResponse, kw_only=True):
+    reasoning_effort: str | None = None
 
 
 class _PageParams(Base, kw_only=True):
@@ -320,7 +364,17 @@ CLIENT_METHODS: dict[str, tuple[type[Base], type[Base]]] = {
     "thread/read": (ThreadReadParams, ThreadReadResponse),
     "thread/archive": (ThreadArchiveParams, ThreadArchiveResponse),
     "thread/loaded/list": (ThreadLoadedListParams, ThreadLoadedListResponse),
+    "thread/fork": (ThreadForkParams, ThreadForkResponse),
+    "thread/unarchive": (ThreadUnarchiveParams, ThreadUnarchiveResponse),
+    "thread/delete": (ThreadDeleteParams, ThreadDeleteResponse),
+    "thread/name/set": (ThreadSetNameParams, ThreadSetNameResponse),
+    "thread/metadata/update": (ThreadMetadataUpdateParams, ThreadMetadataUpdateResponse),
+    "thread/turns/list": (ThreadTurnsListParams, ThreadTurnsListResponse),
+    "thread/items/list": (ThreadItemsListParams, ThreadItemsListResponse),
+    "thread/inject_items": (ThreadInjectItemsParams, ThreadInjectItemsResponse),
+    "thread/compact/start": (ThreadCompactStartParams, ThreadCompactStartResponse),
     "turn/start": (TurnStartParams, TurnStartResponse),
+    "turn/steer": (TurnSteerParams, TurnSteerResponse),
     "turn/interrupt": (TurnInterruptParams, TurnInterruptResponse),
     "turn/cancel": (TurnInterruptParams, TurnInterruptResponse),
     "model/list": (ModelListParams, ModelListResponse),

@@ -14,6 +14,7 @@ __all__ = [
     "AgentMessageDeltaNotification",
     "ApprovalAutoDecidedNotification",
     "CommandExecutionOutputDeltaNotification",
+    "ContextCompactedNotification",
     "ErrorNotification",
     "FileChangeOutputDeltaNotification",
     "ItemCompletedNotification",
@@ -26,9 +27,12 @@ __all__ = [
     "ServerRequestResolvedNotification",
     "ThreadArchivedNotification",
     "ThreadClosedNotification",
+    "ThreadDeletedNotification",
+    "ThreadNameUpdatedNotification",
     "ThreadStartedNotification",
     "ThreadStatusChangedNotification",
     "ThreadTokenUsageUpdatedNotification",
+    "ThreadUnarchivedNotification",
     "TurnCompletedNotification",
     "TurnDiffUpdatedNotification",
     "TurnPlanUpdatedNotification",
@@ -52,6 +56,23 @@ class ThreadArchivedNotification(Base, kw_only=True):
 
 class ThreadClosedNotification(Base, kw_only=True):
     thread_id: str
+
+
+class ThreadUnarchivedNotification(Base, kw_only=True):
+    thread_id: str
+
+
+class ThreadDeletedNotification(Base, kw_only=True):
+    thread_id: str
+
+
+class ThreadNameUpdatedNotification(Base, kw_only=True):
+    thread_id: str
+    thread_name: str | None = None
+
+
+class ContextCompactedNotification(TurnScoped, kw_only=True):
+    """Codex's older notice of a compaction (the `contextCompaction` item is the new one)."""
 
 
 class _TurnNotification(Base, kw_only=True):
@@ -161,6 +182,10 @@ NOTIFICATIONS: dict[str, type[Base]] = {
     "thread/status/changed": ThreadStatusChangedNotification,
     "thread/archived": ThreadArchivedNotification,
     "thread/closed": ThreadClosedNotification,
+    "thread/unarchived": ThreadUnarchivedNotification,
+    "thread/deleted": ThreadDeletedNotification,
+    "thread/name/updated": ThreadNameUpdatedNotification,
+    "thread/compacted": ContextCompactedNotification,
     "turn/started": TurnStartedNotification,
     "turn/completed": TurnCompletedNotification,
     "item/started": ItemStartedNotification,

@@ -20,6 +20,7 @@ from ..rpc.framing import write_loop
 from ..rpc.limits import DEFAULT_MAX_REQUEST
 from ..rpc.peer import Peer
 from ..store import ThreadStore
+from . import routes
 from .config import ServerConfig
 from .handshake import Handshake, backend_info, initialize_response, opt_out_methods
 from .service import ThreadService
@@ -101,19 +102,7 @@ class Server:
                     nursery=threads_nursery,
                 )
                 self.service = service
-                handlers: dict[str, Any] = {
-                    "initialize": self._initialize,
-                    "thread/start": service.thread_start,
-                    "thread/resume": service.thread_resume,
-                    "thread/list": service.thread_list,
-                    "thread/read": service.thread_read,
-                    "thread/archive": service.thread_archive,
-                    "thread/loaded/list": service.thread_loaded_list,
-                    "turn/start": service.turn_start,
-                    "turn/interrupt": service.turn_interrupt,
-                    "turn/cancel": service.turn_interrupt,
-                    "model/list": service.model_list,
-                }
+                handlers = {"initialize": self._initialize, **routes.handlers(service)}
                 dispatcher = Dispatcher({m: (CLIENT_METHODS[m][0], h) for m, h in handlers.items()})
                 self._peer = peer
                 connection = Connection(

@@ -16,6 +16,7 @@ from ..agent_tools.host import ToolHosting
 from ..agent_tools.servers import parse_servers, resolve
 from ..backends.base import Backend, ConfigInvalid, SessionSettings
 from ..backends.kit.cli_binary import resolve_cli
+from ..backends.kit.images import image_problems
 from ..ids import InvalidId, new_id, validate_id
 from ..procs.executables import ProcessError
 from ..protocol import (
@@ -25,6 +26,8 @@ from ..protocol import (
     DynamicToolSpec,
     EmptyResult,
     GranularApproval,
+    ImageInput,
+    LocalImageInput,
     Model,
     ModelListParams,
     ModelListResponse,
@@ -32,6 +35,7 @@ from ..protocol import (
     SandboxPolicy,
     ThreadArchivedNotification,
     ThreadArchiveParams,
+    ThreadForkResponse,
     ThreadItem,
     ThreadListParams,
     ThreadListResponse,
@@ -42,6 +46,7 @@ from ..protocol import (
     ThreadReadResponse,
     ThreadResumeParams,
     ThreadResumeResponse,
+    ThreadSettingsParams,
     ThreadStartedNotification,
     ThreadStartParams,
     ThreadStartResponse,
@@ -50,6 +55,7 @@ from ..protocol import (
     TurnInterruptParams,
     TurnStartParams,
     TurnStartResponse,
+    UserInput,
     WarningNotification,
     WorkspaceWriteSandbox,
 )
@@ -59,6 +65,7 @@ from ..rpc.peer import Peer
 from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
 from .approvals import parse_rules
 from .config import ServerConfig
+from .overrides import apply_overrides, foreign_model_warning
 from .threads import LoadedThread, thread_view
 
 __all__ = ["ThreadService"]
@@ -68,7 +75,7 @@ log = logging.getLogger("threadline.service")
 _ITEM_DECODER = msgspec.json.Decoder(ThreadItem)
 _ERROR_DECODER = msgspec.json.Decoder(TurnError)
 
-_Response = TypeVar("_Response", ThreadStartResponse, ThreadResumeResponse)
+_Response = TypeVar("_Response", ThreadStartResponse, ThreadResumeResponse, ThreadForkResponse)
 
 
 def _policy(value: AskForApproval | None) -> ApprovalPolicy | None:
@@ -156,21 +163,24 @@ class ThreadService:
             )
         return backend
 
+    def backend_of(self, record: ThreadRecord) -> Backend:
+        return self._backend(record.backend)
+
     @staticmethod
-    def _thread_id(value: str) -> str:
+    def thread_id(value: str) -> str:
         try:
             return validate_id(value)
         except InvalidId as exc:
             raise RpcError(INVALID_REQUEST, str(exc)) from None
 
-    def _loaded(self, thread_id: str) -> LoadedThread:
-        tid = self._thread_id(thread_id)
+    def loaded_thread(self, thread_id: str) -> LoadedThread:
+        tid = self.thread_id(thread_id)
         thread = self.loaded.get(tid)
         if thread is None:
             raise RpcError(INVALID_REQUEST, f"thread not loaded: {tid} (call thread/resume first)")
         return thread
 
-    async def _load_record(self, thread_id: str) -> ThreadRecord:
+    async def load_record(self, thread_id: str) -> ThreadRecord:
         try:
             record = await self.store.load(thread_id)
         except StoreCorrupt as exc:
@@ -235,7 +245,7 @@ class ThreadService:
             log.warning("the %s backend cannot honour %s; ignoring it", backend.id, option)
         return settings
 
-    async def _warn_unsupported(self, thread: LoadedThread) -> None:
+    async def warn_unsupported(self, thread: LoadedThread) -> None:
         messages = [
             f"the {thread.backend.id} backend cannot honour {option}; it is ignored"
             for option in thread.backend.unsupported_options(thread.settings)
@@ -266,7 +276,7 @@ class ThreadService:
         thread.settings.mcp_servers.append(host.register(tools))
         thread.on_close.append(lambda: host.unregister(tools))
 
-    async def _open_thread(
+    async def open_thread(
         self,
         record: ThreadRecord,
         backend: Backend,
@@ -298,7 +308,7 @@ class ThreadService:
         self.loaded[record.id] = thread
         return thread
 
-    def _response(
+    def response(
         self, thread: LoadedThread, cls: type[_Response], turns: list[Turn] | None = None
     ) -> _Response:
         s = thread.settings
@@ -345,16 +355,20 @@ class ThreadService:
     # -- thread/* ----------------------------------------------------------------------------------
 
     async def thread_start(self, p: ThreadStartParams) -> Reply:
-        self._refuse_when_shutting_down()
+        self.refuse_when_shutting_down()
         backend = self._backend(p.model_provider)
         cwd = self._check_cwd(p.cwd)
         config = dict(p.config or {})
         tid = new_id()
+        model, foreign = p.model, None
+        if model and backend.foreign_model(model):
+            foreign = foreign_model_warning(backend, model, None)
+            model = None
         settings = self._settings(
             thread_id=tid,
             backend=backend,
             cwd=cwd,
-            model=p.model,
+            model=model,
             approval_policy=_policy(p.approval_policy) or "on-request",
             sandbox=p.sandbox,
             base_instructions=p.base_instructions,
@@ -377,24 +391,26 @@ class ThreadService:
             updated_at=now,
             ephemeral=bool(p.ephemeral),
         )
-        thread = await self._open_thread(record, backend, settings, tools)
+        thread = await self.open_thread(record, backend, settings, tools)
+        if foreign:
+            thread.warnings.append(foreign)
         if not record.ephemeral:
             # Written now, not lazily: a second client can resume a thread with no turns.
             await self.store.create(record)
         thread.prewarm()
-        response = self._response(thread, ThreadStartResponse)
+        response = self.response(thread, ThreadStartResponse)
 
         async def started() -> None:
             await self.peer.notify(
                 "thread/started", ThreadStartedNotification(thread=thread.view())
             )
-            await self._warn_unsupported(thread)
+            await self.warn_unsupported(thread)
 
         return Reply(response, started)
 
     async def thread_resume(self, p: ThreadResumeParams) -> ThreadResumeResponse:
-        self._refuse_when_shutting_down()
-        tid = self._thread_id(p.thread_id)
+        self.refuse_when_shutting_down()
+        tid = self.thread_id(p.thread_id)
         thread = self.loaded.get(tid)
         if thread is None:
             if tid in self._opening:
@@ -407,11 +423,11 @@ class ThreadService:
         elif (policy := _policy(p.approval_policy)) is not None:
             thread.set_approval_policy(policy)
             await thread.save_record()
-        turns = None if p.exclude_turns else await self._turns(thread.record)
-        return self._response(thread, ThreadResumeResponse, turns)
+        turns = None if p.exclude_turns else await self.turns(thread.record)
+        return self.response(thread, ThreadResumeResponse, turns)
 
     async def _resume(self, tid: str, p: ThreadResumeParams) -> LoadedThread:
-        record = await self._load_record(tid)
+        record = await self.load_record(tid)
         if record.archived:
             raise RpcError(INVALID_REQUEST, f"thread {tid} is archived")
         if p.cwd is not None and os.path.normpath(p.cwd) != record.cwd:
@@ -426,32 +442,72 @@ class ThreadService:
                 f"thread {tid} runs on backend {record.backend!r}, not {p.model_provider!r}",
             )
         backend = self._backend(record.backend)
+        settings = self.stored_settings(record, tid, p)
+        settings.backend_session_id = record.backend_session_id
+        settings.fork_of = None if record.backend_session_id else record.fork_of
+        record.model = settings.model
+        tools = msgspec.convert(record.settings.get("dynamicTools") or [], list[DynamicToolSpec])
+        thread = await self.open_thread(record, backend, settings, tools)
+        await thread.save_record()
+        thread.prewarm()
+        await self.warn_unsupported(thread)
+        return thread
+
+    def stored_settings(
+        self, record: ThreadRecord, thread_id: str, p: ThreadSettingsParams
+    ) -> SessionSettings:
+        """The settings `record` was stored with, for thread `thread_id` (the record's own, or
+        a fork of it), with what `p` gives overriding them; a resumed session."""
+        backend = self._backend(record.backend)
         stored = record.settings
         config = dict(stored.get("config") or {})
         config.update(p.config or {})
+        model = p.model or record.model
+        if p.model and backend.foreign_model(p.model):
+            model = record.model
         settings = self._settings(
-            thread_id=tid,
+            thread_id=thread_id,
             backend=backend,
             cwd=record.cwd,
-            model=p.model or record.model,
-            approval_policy=_policy(p.approval_policy) or _stored_policy(stored, tid),
+            model=model,
+            approval_policy=_policy(p.approval_policy) or _stored_policy(stored, record.id),
             sandbox=p.sandbox or stored.get("sandbox"),
             base_instructions=p.base_instructions or stored.get("baseInstructions"),
             developer_instructions=p.developer_instructions or stored.get("developerInstructions"),
             config=config,
         )
+        settings.effort = stored.get("effort")
+        settings.summary = stored.get("summary")
+        if stored.get("sandboxPolicy"):
+            try:
+                settings.sandbox_policy = msgspec.convert(stored["sandboxPolicy"], SandboxPolicy)
+            except msgspec.ValidationError:
+                log.warning("thread %s: unreadable stored sandboxPolicy", record.id)
         settings.resumed = True
-        settings.backend_session_id = record.backend_session_id
         settings.role_bootstrap_applied = record.role_bootstrap_applied
-        record.model = settings.model
-        tools = msgspec.convert(stored.get("dynamicTools") or [], list[DynamicToolSpec])
-        thread = await self._open_thread(record, backend, settings, tools)
-        await thread.save_record()
+        return settings
+
+    async def open_forked(
+        self,
+        record: ThreadRecord,
+        backend: Backend,
+        settings: SessionSettings,
+        source: ThreadRecord,
+    ) -> LoadedThread:
+        """Open a fork of `source`: its client-defined tools, and its history up to now copied
+        into the fork's log."""
+        tools = msgspec.convert(source.settings.get("dynamicTools") or [], list[DynamicToolSpec])
+        thread = await self.open_thread(record, backend, settings, tools)
+        if not record.ephemeral:
+            await self.store.create(record)
+            if not source.ephemeral:
+                entries = await self.store.read_log(source.id)
+                if entries:
+                    await self.store.append(record.id, entries, sync=True)
         thread.prewarm()
-        await self._warn_unsupported(thread)
         return thread
 
-    async def _turns(self, record: ThreadRecord) -> list[Turn]:
+    async def turns(self, record: ThreadRecord) -> list[Turn]:
         if record.ephemeral:
             return []
         entries = await self.store.read_log(record.id)
@@ -525,18 +581,18 @@ class ThreadService:
         return ThreadListResponse(data=data, next_cursor=nxt)
 
     async def thread_read(self, p: ThreadReadParams) -> ThreadReadResponse:
-        tid = self._thread_id(p.thread_id)
+        tid = self.thread_id(p.thread_id)
         loaded = self.loaded.get(tid)
-        record = loaded.record if loaded else await self._load_record(tid)
+        record = loaded.record if loaded else await self.load_record(tid)
         view = loaded.view() if loaded else thread_view(record, ThreadNotLoaded())
         if p.include_turns:
-            view.turns = await self._turns(record)
+            view.turns = await self.turns(record)
         return ThreadReadResponse(thread=view)
 
     async def thread_archive(self, p: ThreadArchiveParams) -> EmptyResult:
-        tid = self._thread_id(p.thread_id)
+        tid = self.thread_id(p.thread_id)
         loaded = self.loaded.pop(tid, None)
-        record = loaded.record if loaded else await self._load_record(tid)
+        record = loaded.record if loaded else await self.load_record(tid)
         if loaded is not None:
             await loaded.close()
             await loaded.set_status_not_loaded()
@@ -556,21 +612,47 @@ class ThreadService:
     # -- turn/* -----------------------------------------------------------------------------------
 
     async def turn_start(self, p: TurnStartParams) -> Reply:
-        self._refuse_when_shutting_down()
-        thread = self._loaded(p.thread_id)
+        self.refuse_when_shutting_down()
+        thread = self.loaded_thread(p.thread_id)
         if not p.input:
             raise RpcError(INVALID_PARAMS, "Invalid params for turn/start: input must not be empty")
-        run = thread.start_turn(
-            list(p.input), approval_policy=_policy(p.approval_policy), model=p.model
-        )
-        if p.cwd is not None and os.path.normpath(p.cwd) != thread.settings.cwd:
-            log.warning(
-                "thread %s: turn/start cwd override is not supported; ignoring it", thread.id
+        thread.refuse_when_busy()
+        self.check_input(thread, p.input, "turn/start")
+        warnings = apply_overrides(thread, p, _policy(p.approval_policy))
+        if p.output_schema is not None and not thread.capabilities.output_schema:
+            warnings.append(
+                f"turn/start.outputSchema cannot be applied on the {thread.backend.id} backend"
+                f" ({thread.settings.mode} mode); the final message is not constrained"
             )
-        return Reply(TurnStartResponse(turn=run.initial_turn()), run.response_sent)
+        run = thread.start_turn(list(p.input), output_schema=p.output_schema)
+        await thread.save_record()
+
+        async def sent() -> None:
+            for message in warnings:
+                await self.peer.notify(
+                    "warning", WarningNotification(message=message, thread_id=thread.id)
+                )
+            await run.response_sent()
+
+        return Reply(TurnStartResponse(turn=run.initial_turn()), sent)
+
+    @staticmethod
+    def check_input(thread: LoadedThread, items: Sequence[UserInput], method: str) -> None:
+        """-32602 for input items the thread's backend cannot take, before a turn starts."""
+        images = [i for i in items if isinstance(i, (ImageInput, LocalImageInput))]
+        if images and not thread.capabilities.images:
+            kind = "localImage" if isinstance(images[0], LocalImageInput) else "image"
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params for {method}: input item type {kind!r} is not supported by the"
+                f" {thread.backend.id} backend ({thread.settings.mode} mode)",
+            )
+        problems = image_problems(list(items), thread.settings.cwd)
+        if problems:
+            raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: " + "; ".join(problems))
 
     async def turn_interrupt(self, p: TurnInterruptParams) -> EmptyResult:
-        self._loaded(p.thread_id).interrupt_turn(p.turn_id)
+        self.loaded_thread(p.thread_id).interrupt_turn(p.turn_id)
         return EmptyResult()
 
     # -- models -----------------------------------------------------------------------------------
@@ -580,7 +662,7 @@ class ThreadService:
         for backend_id, backend in self.backends.items():
             if p.model_provider and backend_id != p.model_provider:
                 continue
-            models.extend(backend.models())
+            models.extend(await backend.list_models())
         start = _offset(p.cursor)
         limit = max(1, min(p.limit or 1000, 1000))
         nxt = str(start + limit) if start + limit < len(models) else None
@@ -588,7 +670,7 @@ class ThreadService:
 
     # -- shutdown ---------------------------------------------------------------------------------
 
-    def _refuse_when_shutting_down(self) -> None:
+    def refuse_when_shutting_down(self) -> None:
         if self.shutting_down:
             raise RpcError(INVALID_REQUEST, "server is shutting down")
 

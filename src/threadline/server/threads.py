@@ -29,6 +29,7 @@ from ..backends.base import (
 from ..protocol import (
     BackendCapabilities,
     DynamicToolSpec,
+    GitInfo,
     Thread,
     ThreadActive,
     ThreadActiveFlag,
@@ -43,6 +44,7 @@ from ..rpc.errors import INVALID_REQUEST, RpcError
 from ..rpc.peer import Peer
 from ..store import LogEntry, ThreadRecord, ThreadStore
 from .approvals import ApprovalRouter, ApprovalRule
+from .injected import transcript
 from .turns import TurnRun, input_text
 
 __all__ = ["LoadedThread", "thread_view"]
@@ -51,6 +53,7 @@ log = logging.getLogger("threadline.threads")
 
 
 def thread_view(record: ThreadRecord, status: ThreadStatus, turns: Sequence[Any] = ()) -> Thread:
+    git = msgspec.convert(record.git_info, GitInfo) if record.git_info else None
     return Thread(
         id=record.id,
         session_id=record.id,
@@ -67,6 +70,8 @@ def thread_view(record: ThreadRecord, status: ThreadStatus, turns: Sequence[Any]
         turns=list(turns),
         model=record.model,
         name=record.name,
+        forked_from_id=record.forked_from_id,
+        git_info=git,
     )
 
 
@@ -147,6 +152,9 @@ class LoadedThread:
         self._sync_wanted = False
         self._session_close: trio.Event | None = None
         self._session_done: trio.Event | None = None
+        #: Override fields (`OVERRIDE_FIELDS`) changed since the session was opened: applied
+        #: (`BackendSession.reconfigure`) before the next turn uses it.
+        self.pending_changes: set[str] = set()
 
     @property
     def id(self) -> str:
@@ -199,10 +207,18 @@ class LoadedThread:
 
     async def ensure_session(self) -> BackendSession:
         async with self._session_lock:
+            if self.session is not None and self.session.healthy and self.pending_changes:
+                changed, self.pending_changes = frozenset(self.pending_changes), set()
+                left = await self.session.reconfigure(changed)
+                if left:
+                    log.info("thread %s: reopening the session for %s", self.id, sorted(left))
+                    self.session.healthy = False
             if self.session is not None and self.session.healthy:
                 return self.session
             if self.session is not None:
                 await self._close_session()
+            # A session opened now reads the settings as they are.
+            self.pending_changes.clear()
             try:
                 session: BackendSession = await self.nursery.start(self._session_main)
             except BaseException as exc:
@@ -244,6 +260,7 @@ class LoadedThread:
         self.settings.resumed = True
         self.settings.backend_session_id = self.record.backend_session_id
         self.settings.role_bootstrap_applied = self.record.role_bootstrap_applied
+        self.settings.fork_of = None if self.record.backend_session_id else self.record.fork_of
 
     def mark_session_unhealthy(self, reason: str) -> None:
         if self.session is not None and self.session.healthy:
@@ -296,6 +313,13 @@ class LoadedThread:
         except OSError:
             log.exception("thread %s: could not save the thread record", self.id)
 
+    async def take_context(self) -> str | None:
+        if not self.record.injected:
+            return None
+        batches, self.record.injected = self.record.injected, []
+        await self.save_record()
+        return transcript(batches)
+
     def pending_bootstrap(self) -> str | None:
         if self.record.role_bootstrap_applied:
             return None
@@ -305,6 +329,7 @@ class LoadedThread:
         if self.record.backend_session_id != session_id:
             self.record.backend_session_id = session_id
             self.settings.backend_session_id = session_id
+            self.record.fork_of = self.settings.fork_of = None
             await self.save_record()
 
     async def mark_role_bootstrap_applied(self) -> None:
@@ -350,15 +375,7 @@ class LoadedThread:
         turn = self.active_turn
         return turn if turn is not None and not turn.finished else None
 
-    def start_turn(
-        self,
-        user_input: list[UserInput],
-        *,
-        approval_policy: ApprovalPolicy | None = None,
-        model: str | None = None,
-    ) -> TurnRun:
-        """Start a turn; it begins once its `turn/start` response is out (`run.response_sent`).
-        A new policy or model sticks for later turns, as in Codex."""
+    def refuse_when_busy(self) -> None:
         running = self.running_turn
         if running is not None:
             raise RpcError(
@@ -366,12 +383,14 @@ class LoadedThread:
                 f"turn {running.id} is already in progress on thread {self.id}; "
                 "wait for turn/completed or interrupt it first",
             )
-        if approval_policy is not None:
-            self.set_approval_policy(approval_policy)
-        if model is not None and model != self.settings.model:
-            self.settings.model = self.record.model = model
-            self.mark_session_unhealthy("model changed")  # reopened (resumed) with the new model
-        run = TurnRun(self, user_input)
+
+    def start_turn(
+        self, user_input: list[UserInput], *, output_schema: Any = None, compact: bool = False
+    ) -> TurnRun:
+        """Start a turn; it begins once its `turn/start` response is out (`run.response_sent`).
+        Overrides were applied to the settings before (`overrides.apply`)."""
+        self.refuse_when_busy()
+        run = TurnRun(self, user_input, output_schema=output_schema, compact=compact)
         self.active_turn = run
         if not self.record.preview:
             self.record.preview = input_text(user_input)[:200]
@@ -414,6 +433,9 @@ class LoadedThread:
             "mode": s.mode,
             "approvalPolicy": s.approval_policy,
             "sandbox": s.sandbox,
+            "sandboxPolicy": msgspec.to_builtins(s.sandbox_policy) if s.sandbox_policy else None,
+            "effort": s.effort,
+            "summary": s.summary,
             "baseInstructions": s.base_instructions,
             "developerInstructions": s.developer_instructions,
             "maxTurns": s.max_turns,

@@ -58,6 +58,11 @@ class TurnHost(Protocol):
         """Have the session reopened after this turn."""
         ...
 
+    async def take_context(self) -> str | None:
+        """Injected history (`thread/inject_items`) the next turn delivers, once: taking it
+        marks it delivered."""
+        ...
+
     def pending_bootstrap(self) -> str | None:
         """The role bootstrap message the next turn delivers, if it has not been yet."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -20,6 +20,8 @@ import trio
 from ..backends import base as b
 from ..ids import new_id
 from ..protocol import (
+    ContextCompactedNotification,
+    ContextCompactionItem,
     ErrorNotification,
     TextInput,
     ToolRequestUserInputQuestion,
@@ -96,10 +98,22 @@ class _Context:
 
 
 class TurnRun:
-    def __init__(self, thread: TurnHost, user_input: list[UserInput]) -> None:
+    """One turn. `compact` makes it a compaction turn (`thread/compact/start`): no user
+    message, a `contextCompaction` item around the backend's `compact`."""
+
+    def __init__(
+        self,
+        thread: TurnHost,
+        user_input: list[UserInput],
+        *,
+        output_schema: Any = None,
+        compact: bool = False,
+    ) -> None:
         self.thread = thread
         self.id = new_id()
         self.input = user_input
+        self.output_schema = output_schema
+        self.compact = compact
         self.started_at = int(time.time())
         self._started_mono = time.monotonic()
         self.items = TurnItems(thread, self.id)
@@ -184,9 +198,24 @@ class TurnRun:
             ),
         )
         await self.thread.persist([TurnStartedEntry(turn_id=self.id, started_at=self.started_at)])
-        user_item = UserMessageItem(id=new_id(), content=self.input)
+        if self.input:
+            await self.show_user_message(self.input)
+
+    async def show_user_message(self, user_input: list[UserInput]) -> None:
+        """A `userMessage` item (started and completed) for input the turn was given."""
+        user_item = UserMessageItem(id=new_id(), content=user_input)
         await self.handle_event(b.ItemStarted(user_item))
         await self.handle_event(b.ItemCompleted(user_item))
+
+    async def steer(self, user_input: list[UserInput]) -> None:
+        """Add input to this running turn (`turn/steer`): shown as a user message, then
+        handed to the backend; BackendError when it cannot take it."""
+        session = self.thread.session
+        if session is None or not self._backend_started or self._backend_done:
+            raise b.BackendError("the turn is not running on its CLI yet; try again")
+        await self.show_user_message(user_input)
+        text = input_text(user_input)
+        await session.steer(b.TurnInput(turn_id=self.id, input=user_input, text=text))
 
     async def _run_backend(self) -> tuple[TurnStatus, TurnError | None]:
         """How the backend ended the turn (before interrupts and the timeout are applied)."""
@@ -210,11 +239,18 @@ class TurnRun:
     async def _run_on_session(self) -> b.TurnOutcome | None:
         thread = self.thread
         session = await thread.ensure_session()
+        if self.compact:
+            return await self._compact(session)
+        given = self.input
+        context = await thread.take_context()
+        if context is not None:
+            given = [TextInput(text=context), *given]
         turn_input = b.TurnInput(
             turn_id=self.id,
-            input=self.input,
-            text=input_text(self.input),
+            input=given,
+            text=input_text(given),
             bootstrap=thread.pending_bootstrap(),
+            output_schema=self.output_schema,
         )
         self._backend_started = True
         seen = self._events_seen
@@ -228,6 +264,19 @@ class TurnRun:
             thread.mark_session_unhealthy("CLI found dead at turn start")
             session = await thread.ensure_session()
             return await session.run_turn(turn_input, _Context(self))
+
+    async def _compact(self, session: b.BackendSession) -> b.TurnOutcome | None:
+        item = ContextCompactionItem(id=new_id())
+        await self.handle_event(b.ItemStarted(item))
+        self._backend_started = True
+        outcome = await session.compact(_Context(self))
+        if outcome is None or outcome.status == "completed":
+            await self.handle_event(b.ItemCompleted(item))
+            await self._notify(
+                "thread/compacted",
+                ContextCompactedNotification(thread_id=self.thread.id, turn_id=self.id),
+            )
+        return outcome
 
     def _crash_error(self, exc: Exception) -> TurnError:
         """The error a turn fails with when the backend raised something else than a plain

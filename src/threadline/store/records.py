@@ -47,6 +47,14 @@ class ThreadRecord(msgspec.Struct, kw_only=True):
     backend_session_id: str | None = None
     role_bootstrap_applied: bool = False
     turn_count: int = 0
+    #: `thread/fork`: the thread this one was forked from, and the CLI session it forks
+    #: (until the fork's own CLI session exists: then `backend_session_id` is set).
+    forked_from_id: str | None = None
+    fork_of: str | None = None
+    #: `thread/metadata/update` gitInfo: branch, originUrl, sha.
+    git_info: dict[str, Any] | None = None
+    #: `thread/inject_items` batches the next turn has yet to deliver (a transcript block).
+    injected: list[list[Any]] = []
     # approvalPolicy, sandbox, developerInstructions, baseInstructions, config, ...
     settings: dict[str, Any] = {}
     schema_version: int = SCHEMA_VERSION

@@ -12,7 +12,17 @@ export type ClientRequest =
   | ThreadReadRequest
   | ThreadArchiveRequest
   | ThreadLoadedListRequest
+  | ThreadForkRequest
+  | ThreadUnarchiveRequest
+  | ThreadDeleteRequest
+  | ThreadNameSetRequest
+  | ThreadMetadataUpdateRequest
+  | ThreadTurnsListRequest
+  | ThreadItemsListRequest
+  | ThreadInjectItemsRequest
+  | ThreadCompactStartRequest
   | TurnStartRequest
+  | TurnSteerRequest
   | TurnInterruptRequest
   | TurnCancelRequest
   | ModelListRequest;
@@ -33,6 +43,10 @@ export type ServerNotification =
   | ThreadStatusChangedMessage
   | ThreadArchivedMessage
   | ThreadClosedMessage
+  | ThreadUnarchivedMessage
+  | ThreadDeletedMessage
+  | ThreadNameUpdatedMessage
+  | ThreadCompactedMessage
   | TurnStartedMessage
   | TurnCompletedMessage
   | ItemStartedMessage
@@ -259,6 +273,134 @@ export interface ThreadLoadedListParams {
   cursor?: string | null;
   limit?: number | null;
 }
+export interface ThreadForkRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/fork";
+  params?: ThreadForkParams;
+}
+/**
+ * `thread/fork`: a new thread with the source's history; the settings given override
+ *     the source's.
+ */
+export interface ThreadForkParams {
+  approvalPolicy?: ("never" | "on-request" | "untrusted") | GranularApproval | null;
+  approvalsReviewer?: string | null;
+  baseInstructions?: string | null;
+  config?: {
+    [k: string]: unknown | undefined;
+  } | null;
+  cwd?: string | null;
+  developerInstructions?: string | null;
+  ephemeral?: boolean;
+  excludeTurns?: boolean;
+  lastTurnId?: string | null;
+  model?: string | null;
+  modelProvider?: string | null;
+  path?: string | null;
+  personality?: string | null;
+  sandbox?: ("danger-full-access" | "read-only" | "workspace-write") | null;
+  threadId: string;
+}
+export interface ThreadUnarchiveRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/unarchive";
+  params?: ThreadUnarchiveParams;
+}
+export interface ThreadUnarchiveParams {
+  threadId: string;
+}
+export interface ThreadDeleteRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/delete";
+  params?: ThreadDeleteParams;
+}
+export interface ThreadDeleteParams {
+  deleteBackendSession?: boolean;
+  threadId: string;
+}
+export interface ThreadNameSetRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/name/set";
+  params?: ThreadSetNameParams;
+}
+export interface ThreadSetNameParams {
+  name: string;
+  threadId: string;
+}
+export interface ThreadMetadataUpdateRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/metadata/update";
+  params?: ThreadMetadataUpdateParams;
+}
+export interface ThreadMetadataUpdateParams {
+  gitInfo?: ThreadMetadataGitInfoUpdate | null;
+  threadId: string;
+}
+/**
+ * Each field: absent leaves it, null clears it, a string replaces it.
+ */
+export interface ThreadMetadataGitInfoUpdate {
+  branch?: string | null;
+  originUrl?: string | null;
+  sha?: string | null;
+}
+export interface ThreadTurnsListRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/turns/list";
+  params?: ThreadTurnsListParams;
+}
+export interface ThreadTurnsListParams {
+  cursor?: string | null;
+  itemsView?: ("full" | "notLoaded" | "summary") | null;
+  limit?: number | null;
+  sortDirection?: ("asc" | "desc") | null;
+  threadId: string;
+}
+export interface ThreadItemsListRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/items/list";
+  params?: ThreadItemsListParams;
+}
+export interface ThreadItemsListParams {
+  cursor?: string | ItemAnchor | null;
+  limit?: number | null;
+  sortDirection?: ("asc" | "desc") | null;
+  threadId: string;
+  turnId?: string | null;
+}
+/**
+ * An exclusive position: the items after (ascending) or before (descending) `itemId`.
+ */
+export interface ItemAnchor {
+  itemId: string;
+  type: "item";
+}
+export interface ThreadInjectItemsRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/inject_items";
+  params?: ThreadInjectItemsParams;
+}
+export interface ThreadInjectItemsParams {
+  items: unknown[];
+  threadId: string;
+}
+export interface ThreadCompactStartRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "thread/compact/start";
+  params?: ThreadCompactStartParams;
+}
+export interface ThreadCompactStartParams {
+  threadId: string;
+}
 export interface TurnStartRequest {
   id: RequestId;
   jsonrpc?: "2.0";
@@ -325,6 +467,18 @@ export interface WorkspaceWriteSandbox {
   networkAccess?: boolean | null;
   type: "workspaceWrite";
   writableRoots?: string[] | null;
+}
+export interface TurnSteerRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "turn/steer";
+  params?: TurnSteerParams;
+}
+export interface TurnSteerParams {
+  clientUserMessageId?: string | null;
+  expectedTurnId: string;
+  input: (TextInput | ImageInput | LocalImageInput | SkillInput | MentionInput)[];
+  threadId: string;
 }
 export interface TurnInterruptRequest {
   id: RequestId;
@@ -413,6 +567,13 @@ export interface CommandExecutionRequestApprovalResponse {
     | {
         [k: string]: unknown | undefined;
       };
+}
+/**
+ * Codex's older notice of a compaction (the `contextCompaction` item is the new one).
+ */
+export interface ContextCompactedNotification {
+  threadId: string;
+  turnId: string;
 }
 export interface ContextCompactionItem {
   id: string;
@@ -517,6 +678,11 @@ export interface FileChangeRequestApprovalParams {
 }
 export interface FileChangeRequestApprovalResponse {
   decision: "accept" | "acceptForSession" | "cancel" | "decline";
+}
+export interface GitInfo {
+  branch?: string | null;
+  originUrl?: string | null;
+  sha?: string | null;
 }
 export interface InitializeResponse {
   backends: BackendInfo[];
@@ -836,6 +1002,8 @@ export interface Thread {
   createdAt: number;
   cwd: string;
   ephemeral: boolean;
+  forkedFromId?: string | null;
+  gitInfo?: GitInfo | null;
   id: string;
   model?: string | null;
   modelProvider: string;
@@ -915,6 +1083,40 @@ export interface ThreadClosedMessage {
 }
 export interface ThreadClosedNotification {
   threadId: string;
+}
+export interface ThreadUnarchivedMessage {
+  emittedAtMs?: number;
+  jsonrpc: "2.0";
+  method: "thread/unarchived";
+  params: ThreadUnarchivedNotification;
+}
+export interface ThreadUnarchivedNotification {
+  threadId: string;
+}
+export interface ThreadDeletedMessage {
+  emittedAtMs?: number;
+  jsonrpc: "2.0";
+  method: "thread/deleted";
+  params: ThreadDeletedNotification;
+}
+export interface ThreadDeletedNotification {
+  threadId: string;
+}
+export interface ThreadNameUpdatedMessage {
+  emittedAtMs?: number;
+  jsonrpc: "2.0";
+  method: "thread/name/updated";
+  params: ThreadNameUpdatedNotification;
+}
+export interface ThreadNameUpdatedNotification {
+  threadId: string;
+  threadName?: string | null;
+}
+export interface ThreadCompactedMessage {
+  emittedAtMs?: number;
+  jsonrpc: "2.0";
+  method: "thread/compacted";
+  params: ContextCompactedNotification;
 }
 export interface TurnStartedMessage {
   emittedAtMs?: number;
@@ -1008,6 +1210,40 @@ export interface ServerRequestResolvedNotification {
   threadId: string;
 }
 export interface ThreadArchiveResponse {}
+export interface ThreadCompactStartResponse {}
+export interface ThreadDeleteResponse {}
+export interface ThreadForkResponse {
+  approvalPolicy: ("never" | "on-request" | "untrusted") | GranularApproval;
+  approvalsReviewer: "auto_review" | "guardian_subagent" | "user";
+  cwd: string;
+  model: string;
+  modelProvider: string;
+  reasoningEffort?: string | null;
+  sandbox: DangerFullAccessSandbox | ReadOnlySandbox | ExternalSandbox | WorkspaceWriteSandbox;
+  thread: Thread;
+}
+export interface ThreadInjectItemsResponse {}
+export interface ThreadItemEntry {
+  completedAtMs?: number | null;
+  item:
+    | UserMessageItem
+    | AgentMessageItem
+    | PlanItem
+    | ReasoningItem
+    | CommandExecutionItem
+    | FileChangeItem
+    | McpToolCallItem
+    | DynamicToolCallItem
+    | WebSearchItem
+    | ContextCompactionItem;
+  startedAtMs?: number | null;
+  turnId: string;
+}
+export interface ThreadItemsListResponse {
+  backwardsCursor?: string | null;
+  data: ThreadItemEntry[];
+  nextCursor?: string | null;
+}
 export interface ThreadListResponse {
   data: Thread[];
   nextCursor?: string | null;
@@ -1015,6 +1251,9 @@ export interface ThreadListResponse {
 export interface ThreadLoadedListResponse {
   data: string[];
   nextCursor?: string | null;
+}
+export interface ThreadMetadataUpdateResponse {
+  thread: Thread;
 }
 export interface ThreadReadResponse {
   thread: Thread;
@@ -1028,6 +1267,7 @@ export interface ThreadResumeResponse {
   sandbox: DangerFullAccessSandbox | ReadOnlySandbox | ExternalSandbox | WorkspaceWriteSandbox;
   thread: Thread;
 }
+export interface ThreadSetNameResponse {}
 export interface ThreadStartResponse {
   approvalPolicy: ("never" | "on-request" | "untrusted") | GranularApproval;
   approvalsReviewer: "auto_review" | "guardian_subagent" | "user";
@@ -1035,6 +1275,14 @@ export interface ThreadStartResponse {
   model: string;
   modelProvider: string;
   sandbox: DangerFullAccessSandbox | ReadOnlySandbox | ExternalSandbox | WorkspaceWriteSandbox;
+  thread: Thread;
+}
+export interface ThreadTurnsListResponse {
+  backwardsCursor?: string | null;
+  data: Turn[];
+  nextCursor?: string | null;
+}
+export interface ThreadUnarchiveResponse {
   thread: Thread;
 }
 export interface ToolRequestApprovalResponse {
@@ -1051,6 +1299,9 @@ export interface ToolRequestUserInputResponse {
 export interface TurnInterruptResponse {}
 export interface TurnStartResponse {
   turn: Turn;
+}
+export interface TurnSteerResponse {
+  turnId: string;
 }
 
 // ---- method maps (from schemas/methods.json) ----
@@ -1069,6 +1320,26 @@ export interface ClientRequests {
     params: ThreadArchiveParams;
     result: ThreadArchiveResponse;
   };
+  "thread/compact/start": {
+    params: ThreadCompactStartParams;
+    result: ThreadCompactStartResponse;
+  };
+  "thread/delete": {
+    params: ThreadDeleteParams;
+    result: ThreadDeleteResponse;
+  };
+  "thread/fork": {
+    params: ThreadForkParams;
+    result: ThreadForkResponse;
+  };
+  "thread/inject_items": {
+    params: ThreadInjectItemsParams;
+    result: ThreadInjectItemsResponse;
+  };
+  "thread/items/list": {
+    params: ThreadItemsListParams;
+    result: ThreadItemsListResponse;
+  };
   "thread/list": {
     params: ThreadListParams;
     result: ThreadListResponse;
@@ -1076,6 +1347,14 @@ export interface ClientRequests {
   "thread/loaded/list": {
     params: ThreadLoadedListParams;
     result: ThreadLoadedListResponse;
+  };
+  "thread/metadata/update": {
+    params: ThreadMetadataUpdateParams;
+    result: ThreadMetadataUpdateResponse;
+  };
+  "thread/name/set": {
+    params: ThreadSetNameParams;
+    result: ThreadSetNameResponse;
   };
   "thread/read": {
     params: ThreadReadParams;
@@ -1089,6 +1368,14 @@ export interface ClientRequests {
     params: ThreadStartParams;
     result: ThreadStartResponse;
   };
+  "thread/turns/list": {
+    params: ThreadTurnsListParams;
+    result: ThreadTurnsListResponse;
+  };
+  "thread/unarchive": {
+    params: ThreadUnarchiveParams;
+    result: ThreadUnarchiveResponse;
+  };
   "turn/cancel": {
     params: TurnInterruptParams;
     result: TurnInterruptResponse;
@@ -1100,6 +1387,10 @@ export interface ClientRequests {
   "turn/start": {
     params: TurnStartParams;
     result: TurnStartResponse;
+  };
+  "turn/steer": {
+    params: TurnSteerParams;
+    result: TurnSteerResponse;
   };
 }
 
@@ -1120,9 +1411,13 @@ export interface ServerNotifications {
   "serverRequest/resolved": ServerRequestResolvedNotification;
   "thread/archived": ThreadArchivedNotification;
   "thread/closed": ThreadClosedNotification;
+  "thread/compacted": ContextCompactedNotification;
+  "thread/deleted": ThreadDeletedNotification;
+  "thread/name/updated": ThreadNameUpdatedNotification;
   "thread/started": ThreadStartedNotification;
   "thread/status/changed": ThreadStatusChangedNotification;
   "thread/tokenUsage/updated": ThreadTokenUsageUpdatedNotification;
+  "thread/unarchived": ThreadUnarchivedNotification;
   "turn/completed": TurnCompletedNotification;
   "turn/diff/updated": TurnDiffUpdatedNotification;
   "turn/plan/updated": TurnPlanUpdatedNotification;
@@ -1159,14 +1454,24 @@ export const CLIENT_REQUEST_METHODS = [
   "initialize",
   "model/list",
   "thread/archive",
+  "thread/compact/start",
+  "thread/delete",
+  "thread/fork",
+  "thread/inject_items",
+  "thread/items/list",
   "thread/list",
   "thread/loaded/list",
+  "thread/metadata/update",
+  "thread/name/set",
   "thread/read",
   "thread/resume",
   "thread/start",
+  "thread/turns/list",
+  "thread/unarchive",
   "turn/cancel",
   "turn/interrupt",
   "turn/start",
+  "turn/steer",
 ] as const;
 
 /** Every server notification method. */
@@ -1186,9 +1491,13 @@ export const SERVER_NOTIFICATION_METHODS = [
   "serverRequest/resolved",
   "thread/archived",
   "thread/closed",
+  "thread/compacted",
+  "thread/deleted",
+  "thread/name/updated",
   "thread/started",
   "thread/status/changed",
   "thread/tokenUsage/updated",
+  "thread/unarchived",
   "turn/completed",
   "turn/diff/updated",
   "turn/plan/updated",

@@ -280,6 +280,7 @@ class _Lifetime:
         await self.request_errors(thread_a)
         thread_b = await self.start_thread({"modelProvider": "mock", "cwd": str(project)})
         await self.turn(thread_b, "Summarize the README.")
+        await self.control_examples(thread_b)
         await self.client.request("model/list", {"modelProvider": "mock"})
         self.keep("model/list")
         await self.client.request("thread/loaded/list", {})
@@ -314,8 +315,48 @@ class _Lifetime:
         self.keep(method)
         await stream.wait()
 
+    async def call(self, method: str, params: JSON) -> None:
+        await self.client.request(method, params)
+        self.keep(method)
+
+    async def control_examples(self, thread_id: str) -> None:
+        """Thread management and the conversation controls, on the thread of the second
+        lifetime: name, overrides, steer, inject, compact, the history lists, a fork."""
+        await self.call("thread/name/set", {"threadId": thread_id, "name": "README summary"})
+        git = {"branch": "main", "sha": "4f2a9c1"}
+        await self.call("thread/metadata/update", {"threadId": thread_id, "gitInfo": git})
+        stream = await self.client.start_turn(
+            thread_id, "/sleep 0.3\nShorter, please.", model="mock-1", effort="low"
+        )
+        steer = [{"type": "text", "text": "And mention the licence."}]
+        await self.recorder.until(
+            lambda m: (
+                m.get("method") == "item/completed" and m["params"]["turnId"] == stream.turn_id
+            )
+        )
+        await self.call(
+            "turn/steer",
+            {"threadId": thread_id, "input": steer, "expectedTurnId": stream.turn_id},
+        )
+        await stream.wait()
+        earlier = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Hello! What shall we read?"}],
+            },
+        ]
+        await self.call("thread/inject_items", {"threadId": thread_id, "items": earlier})
+        await self.call("thread/compact/start", {"threadId": thread_id})
+        await self.recorder.until(lambda m: m.get("method") == "thread/compacted")
+        await self.recorder.until(lambda m: m.get("method") == "turn/completed")
+        await self.call("thread/turns/list", {"threadId": thread_id, "limit": 2})
+        await self.call("thread/items/list", {"threadId": thread_id, "limit": 3})
+        await self.call("thread/fork", {"threadId": thread_id, "excludeTurns": True})
+
     async def request_errors(self, thread_id: str) -> None:
-        await self.refused("unknown method", "thread/fork", {"threadId": thread_id})
+        await self.refused("unknown method", "thread/goal/get", {"threadId": thread_id})
         await self.refused(
             "invalid params (`input` missing)", "turn/start", {"threadId": thread_id}
         )
@@ -337,6 +378,8 @@ class _Lifetime:
             ("thread/read", {"threadId": thread_id, "includeTurns": True}),
             ("thread/resume", {"threadId": thread_id}),
             ("thread/archive", {"threadId": thread_id}),
+            ("thread/unarchive", {"threadId": thread_id}),
+            ("thread/delete", {"threadId": thread_id}),
         ):
             await self.client.request(method, params)
             self.keep(method)

@@ -37,6 +37,12 @@ SPEC = BackendSpec(
         ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN set"),
     ),
     no_credentials="no API key in the environment (a logged-in CLI may still work)",
+    model_patterns=(
+        r"claude",
+        r"anthropic\.",
+        r"(us|eu|apac|global)\.anthropic\.",
+        r"(sonnet|opus|haiku|opusplan)\b",
+    ),
     models=(
         ("default", "Claude Code default", "The CLI's configured default model"),
         ("opus", "Claude Opus", "Alias resolved by the claude CLI"),

@@ -31,6 +31,7 @@ SPEC = BackendSpec(
     # Codex's own OpenAI provider reads only its login (auth.json), never OPENAI_API_KEY.
     login_fix="run `codex login` (or `printenv OPENAI_API_KEY | codex login --with-api-key`)",
     credential_files=("$CODEX_HOME/auth.json", "~/.codex/auth.json"),
+    model_patterns=(r"gpt-", r"o\d", r"codex-", r"chatgpt-"),
     models=(("default", "Codex default", "The model configured for the codex CLI"),),
     efforts=tuple((e, f"{e} effort") for e in ("low", "medium", "high")),
 )

@@ -34,7 +34,7 @@ SPEC = BackendSpec(
         ("GOOGLE_API_KEY", "GOOGLE_API_KEY set"),
     ),
     no_credentials="no GEMINI_API_KEY (a logged-in CLI may still work)",
-    model_patterns=("gemini-",),
+    model_patterns=(r"gemini-", r"gemma-"),
     models=(
         ("default", "default", "Gemini CLI's automatic model routing"),
         ("gemini-2.5-pro", "gemini-2.5-pro", "passed to gemini -m"),

@@ -14,6 +14,12 @@ A prompt is a script, one directive per line (any other line is echoed back as t
     /plan Read | Edit | Test   a plan update (turn/plan/updated)
     /sleep 2.5                 wait (the turn can be interrupted meanwhile)
     /fail Something broke      fail the turn with this message
+    /history                   echo the session's conversation so far (forks copy it,
+                               compaction shrinks it, injected history shows in it)
+    /settings                  echo the settings the session sees (turn/start overrides)
+
+Images are answered with a line naming each (`[image: image/png, 68 bytes]`); input steered
+into a running turn (`turn/steer`) is answered with `steered: <text>` before the turn ends.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from ...ids import new_id
 from ...procs.group import ProcessError, open_group_process
 from .. import base as b
 from ..kit.diff import file_diff
+from ..kit.images import resolve_images
+from .history import HISTORIES, describe_images
 from .mcp_client import call_mcp_tool
 from .spec import SPEC
 
@@ -50,6 +58,11 @@ class MockSession(b.BackendSession):
     def __init__(self, settings: b.SessionSettings) -> None:
         self.settings = settings
         self.session_id = settings.backend_session_id or f"mock-{new_id()}"
+        if settings.fork_of and not settings.backend_session_id:
+            HISTORIES[self.session_id] = list(HISTORIES.get(settings.fork_of, []))
+        self.history = HISTORIES.setdefault(self.session_id, [])
+        self._steered: list[str] = []
+        self._output_schema: Any = None
         self._scope: trio.CancelScope | None = None
         self._turns = 0
         self._usage = p.TokenUsageBreakdown(
@@ -75,7 +88,14 @@ class MockSession(b.BackendSession):
                 if turn.bootstrap:
                     await ctx.mark_role_bootstrap_applied()
                     await self._message(ctx, f"[role bootstrap received: {turn.bootstrap}]")
+                self.history.append(f"user: {turn.text}")
+                self._output_schema = turn.output_schema
+                images = await resolve_images(turn.input, self.settings.cwd)
+                if images:
+                    await self._message(ctx, describe_images(images))
                 await self._script(turn.text, ctx)
+                while self._steered:
+                    await self._message(ctx, f"steered: {self._steered.pop(0)}")
                 await self._report_usage(ctx, turn.text)
             finally:
                 self._scope = None
@@ -98,6 +118,35 @@ class MockSession(b.BackendSession):
         if reply or not any(line.startswith("/") for line in text.splitlines()):
             await self._message(ctx, f"mock reply: {reply}" if reply else "mock reply")
 
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        return frozenset()  # every setting is read where it is used
+
+    async def steer(self, turn: b.TurnInput) -> None:
+        self.history.append(f"user (steered): {turn.text}")
+        self._steered.append(turn.text)
+
+    async def compact(self, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        count = len(self.history)
+        self.history[:] = [f"[compacted: {count} entries]"]
+        return None
+
+    async def _do_history(self, arg: str, ctx: b.TurnContext) -> None:
+        # One line per entry (its own line breaks as spaces).
+        await self._message(ctx, "\n".join(" ".join(e.splitlines()) for e in self.history))
+
+    async def _do_settings(self, arg: str, ctx: b.TurnContext) -> None:
+        s = self.settings
+        shown = {
+            "model": s.model,
+            "effort": s.effort,
+            "summary": s.summary,
+            "approvalPolicy": s.approval_policy,
+            "sandbox": s.sandbox,
+            "cwd": s.cwd,
+            "outputSchema": self._output_schema is not None,
+        }
+        await self._message(ctx, " ".join(f"{k}={v}" for k, v in shown.items()))
+
     async def _message(self, ctx: b.TurnContext, text: str) -> None:
         item_id = ctx.new_item_id()
         await ctx.emit(b.ItemStarted(p.AgentMessageItem(id=item_id, text="")))
@@ -105,6 +154,7 @@ class MockSession(b.BackendSession):
             await ctx.emit(b.AgentMessageDelta(item_id, word))
             await trio.lowlevel.checkpoint()
         await ctx.emit(b.ItemCompleted(p.AgentMessageItem(id=item_id, text=text)))
+        self.history.append(f"assistant: {text}")
 
     async def _report_usage(self, ctx: b.TurnContext, text: str) -> None:
         last = p.TokenUsageBreakdown(

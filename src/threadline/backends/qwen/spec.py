@@ -26,13 +26,13 @@ SPEC = BackendSpec(
             steer=True,
         )
     },
-    model_patterns=("qwen",),
     npm=NpmCli("qwen", "@qwen-code/qwen-code", "0.24.4"),
     login_fix=(
         "set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible provider), or "
         "configure `security.auth` in ~/.qwen/settings.json"
     ),
     credentials=(("OPENAI_API_KEY", "OPENAI_API_KEY set"),),
+    # Qwen Code takes any OpenAI-compatible model name: no patterns.
     models=(
         (
             "default",
