@@ -7,7 +7,7 @@ the fake model server: what the model API receives is what is asserted.
   (gemini and opencode without a new agent process, qwen on a new `qwen --acp --model`);
   after a threadline restart opencode's loaded session keeps the thread's model (its own
   record would bring back the session's last one);
-- a model name of another provider: a warning, and the default model;
+- a model name of another provider: a warning, and the thread's model stays;
 - `approvalPolicy: never` switches the live session's mode (no approval asked);
 - `turn/steer` on qwen: the text reaches the model within the running turn;
 - `thread/fork` on opencode: the fork's request carries the history, the source's next one
@@ -153,11 +153,12 @@ async def test_gemini_acp_control(nursery: trio.Nursery, gemini_env: GeminiEnv) 
         assert [r.model for r in env.fake.model_requests[-2:]] == ["gemini-2.5-pro"] * 2
         assert acp_pids(srv) == [pid], "the model switch started another agent"
 
-        # a Codex model name: not passed to the CLI, a warning, the default model
+        # a Codex model name: not passed to the CLI, a warning, the thread's model stays
         t, events = await run(srv, tid, "a codex model", model="gpt-5.2-codex")
         assert t["status"] == "completed", t
-        assert any("gpt-5.2-codex" in w for w in warnings(events)), warnings(events)
-        assert env.fake.model_requests[-1].model == GEMINI_MODEL
+        [warning] = warnings(events)
+        assert "gpt-5.2-codex" in warning and "gemini-2.5-pro" in warning, warning
+        assert env.fake.model_requests[-1].model == "gemini-2.5-pro"
 
         # approvalPolicy never: the session's mode is yolo, the command runs unasked
         t, events = await run(srv, tid, "run it unasked", approvalPolicy="never")
@@ -207,7 +208,6 @@ def image_urls(request: oc.RecordedRequest) -> list[str]:
     ]
 
 
-@pytest.mark.slow
 async def test_opencode_acp_control(nursery: trio.Nursery, opencode_env: OpenCodeEnv) -> None:
     """Image, live model and effort (persisted, and kept by a restarted threadline's loaded
     session), fork (history in, the fork's turn not in the source), compact, inject_items."""
@@ -277,7 +277,6 @@ async def test_opencode_acp_control(nursery: trio.Nursery, opencode_env: OpenCod
 COMPRESS_PROMPT = "First, reason in your <analysis> block"
 
 
-@pytest.mark.slow
 async def test_qwen_acp_control(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
     """Image, steer within the running turn, a model qwen does not list (a new agent, the
     history kept), compact; fork refused."""
@@ -316,9 +315,11 @@ async def test_qwen_acp_control(nursery: trio.Nursery, qwen_env: QwenEnv) -> Non
         assert steered["turnId"] == turn_id
         done, events = await srv.collect_turn(turn_id, events=seen, timeout=90)
         assert done["params"]["turn"]["status"] == "completed", done
-        assert agent_text(events).endswith("Bananas noted."), agent_text(events)
+        # (taken at qwen's next model call, with the command's result: no answer in between)
+        assert agent_text(events) == "Bananas noted.", agent_text(events)
         last = env.fake.model_requests[-1]
-        assert last.tool_calls and "BANANAS please" in last.user_texts[-1], last.messages[-3:]
+        roles = [m.get("role") for m in last.messages[-2:]]
+        assert roles == ["tool", "user"] and "BANANAS please" in last.user_texts[-1], roles
 
         # a model qwen's settings do not list: a new `qwen --acp --model`, history kept
         t, _ = await run(srv, tid, "on the small model", model=oc.SMALL_MODEL)
@@ -328,7 +329,7 @@ async def test_qwen_acp_control(nursery: trio.Nursery, qwen_env: QwenEnv) -> Non
         assert qwen_pids(srv) != [pid]
 
         t, events = await compact(srv, tid)
-        assert t["status"] == "completed" and compacted(events), t
+        assert t["status"] == "completed" and compacted(events), (t.get("error"), warnings(events))
         assert COMPRESS_PROMPT in env.fake.user_texts(-1)[-1]
 
         error = await srv.error("thread/fork", {"threadId": tid})

@@ -33,6 +33,8 @@ log = logging.getLogger("threadline.backend.acp")
 REPLAY_QUIET = 0.25
 #: ... or after this long in all.
 REPLAY_MAX = 10.0
+#: How long a compaction waits for the agent to list its commands (after session/load).
+COMMANDS_WAIT = 5.0
 #: How long an interrupted prompt may stay unanswered when the turn context does not say
 #: (the server's interrupt grace, `ServerConfig.interrupt_grace`).
 DEFAULT_INTERRUPT_GRACE = 5.0
@@ -112,6 +114,7 @@ class AcpSession(SessionControl, b.BackendSession):
         self.notes: list[str] = []
         self._blocks: list[dict[str, Any]] = []  # the turn's images, mentions, skills
         self._compacting = False
+        self._commands_listed = trio.Event()  # the agent listed its slash commands
 
     @property
     def ignores_updates(self) -> bool:
@@ -129,6 +132,8 @@ class AcpSession(SessionControl, b.BackendSession):
         kind = update.get("sessionUpdate")
         if kind in _OFFER_UPDATES:
             self.offer.update(update)
+            if kind == "available_commands_update":
+                self._commands_listed.set()
             return
         if self._compacting and kind in _CHATTER:
             return
@@ -350,6 +355,10 @@ class AcpSession(SessionControl, b.BackendSession):
     async def compact(self, ctx: b.TurnContext) -> b.TurnOutcome | None:
         """The agent's compaction command (`compact_command`) as a prompt."""
         command = self.compact_command
+        if command is not None and not self.compact_builtin:
+            # (The agent lists its commands a moment after it opened the session.)
+            with trio.move_on_after(COMMANDS_WAIT):
+                await self._commands_listed.wait()
         if command is None or not (self.compact_builtin or command in self.offer.commands):
             raise b.BackendError(
                 f"{self.backend_id} offers no command to compact its conversation",
