@@ -182,6 +182,32 @@ async def test_gemini_acp_control(nursery: trio.Nursery, gemini_env: GeminiEnv) 
         assert "gemini" in error["message"].lower(), error
 
 
+async def test_gemini_headless_images_and_mentions(
+    nursery: trio.Nursery, gemini_env: GeminiEnv
+) -> None:
+    """`gemini -p` per turn: a data: URL image and a mentioned file go as `@<path>` (the image
+    as `inlineData`, the file's text), a new model reaches the next spawn."""
+    env = gemini_env
+    notes = env.work / "notes.txt"
+    notes.write_text("NOTE-CONTENT-42\n")
+    env.script(g.Rule("look at these", ["Seen both."]), g.Rule("on pro", ["Pro here."]))
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(srv, config={"mode": "headless"})
+        inputs = [
+            text("look at these"),
+            {"type": "image", "url": PIXEL_URL},
+            {"type": "mention", "name": "notes", "path": "notes.txt"},
+        ]
+        t, events = await run(srv, tid, inputs)
+        assert t["status"] == "completed" and warnings(events) == [], (t, warnings(events))
+        last = env.fake.model_requests[-1]
+        assert inline_images(last) == [PIXEL]
+        assert "NOTE-CONTENT-42" in "\n".join(last.user_texts)
+        t, _ = await run(srv, tid, "on pro", model="gemini-2.5-pro")
+        assert t["status"] == "completed", t
+        assert env.fake.model_requests[-1].model == "gemini-2.5-pro"
+
+
 # -- opencode --------------------------------------------------------------------------------------
 
 #: Effort levels (OpenCode "variants") and image input for both fake models.
@@ -269,6 +295,40 @@ async def test_opencode_acp_control(nursery: trio.Nursery, opencode_env: OpenCod
         t, _ = await run(srv, tid, "what was injected")
         assert t["status"] == "completed", t
         assert "\n".join(env.fake.user_texts(-1)).count(INJECTED) == 1
+
+
+async def test_opencode_run_control(nursery: trio.Nursery, opencode_env: OpenCodeEnv) -> None:
+    """`opencode run` per turn: a data: URL image (`--file`), model and effort (`--model`,
+    `--variant`) at the next spawn, fork (`--session <source> --fork`)."""
+    env = opencode_env
+    with_model_extras(env)
+    env.script(
+        oc.Rule("look at this", ["A red pixel."]),
+        oc.Rule("go small", ["Small now."]),
+        oc.Rule("FORK-ONLY question", ["Fork answer."]),
+        oc.Rule("source again", ["Source answer."]),
+    )
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(srv, config={"mode": "run"})
+        t, events = await run(srv, tid, [text("look at this"), {"type": "image", "url": PIXEL_URL}])
+        assert t["status"] == "completed" and warnings(events) == [], (t, warnings(events))
+        assert image_urls(env.fake.model_requests[-1]) == [PIXEL_URL]
+        t, _ = await run(srv, tid, "go small", model="fake/fake-small", effort="high")
+        assert t["status"] == "completed", t
+        last = env.fake.model_requests[-1]
+        assert (last.model, last.body.get("reasoning_effort")) == ("fake-small", "high")
+
+        forked = await srv.call("thread/fork", {"threadId": tid})
+        t, _ = await run(srv, forked["thread"]["id"], "FORK-ONLY question")
+        assert t["status"] == "completed", t
+        history = "\n".join(env.fake.user_texts(-1))
+        assert "go small" in history and "FORK-ONLY" in history
+        t, _ = await run(srv, tid, "source again")
+        assert t["status"] == "completed", t
+        assert "FORK-ONLY" not in "\n".join(env.fake.user_texts(-1))
+        # the model and effort stayed, on the source and on its fork (settings copied)
+        sent = [(r.model, r.body.get("reasoning_effort")) for r in env.fake.model_requests[-2:]]
+        assert sent == [("fake-small", "high")] * 2, sent
 
 
 # -- qwen ------------------------------------------------------------------------------------------

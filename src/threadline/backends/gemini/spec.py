@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, mode_capabilities, per_turn_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -20,10 +20,15 @@ SPEC = BackendSpec(
             # effort option, no session/fork, no compaction command over ACP (0.61.0).
             overrides={"model": "native"},
         ),
-        "headless": per_turn_capabilities(
+        "headless": mode_capabilities(
             ("`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"),
             "bootstrap text prepended to the first prompt",
+            # Per turn: approvals by policy only, a turn is stopped by killing the process.
+            approvals=False,
+            interrupt=False,
             reasoning=False,
+            images=True,  # `@<path>` in the prompt (a data: URL image through a temporary file)
+            overrides={"model": "native"},  # `-m` at the next spawn
         ),
     },
     npm=NpmCli("gemini", "@google/gemini-cli", "0.61.0"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, mode_capabilities, per_turn_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -23,10 +23,17 @@ SPEC = BackendSpec(
             fork=True,  # session/fork
             compact=True,  # `/compact` (OpenCode's session summary)
         ),
-        "run": per_turn_capabilities(
+        "run": mode_capabilities(
             ("`opencode run --format json` spawned per turn, `--session <id>` from the 2nd turn"),
             "bootstrap text prepended to the first prompt",
+            # Per turn: approvals by policy only, a turn is stopped by killing the process.
+            approvals=False,
+            interrupt=False,
             deltas=False,
+            images=True,  # `--file` (a data: URL image through a temporary file)
+            # model `--model`, effort `--variant` (OpenCode ignores a variant the model lacks).
+            overrides={"model": "native", "effort": "native"},
+            fork=True,  # `--session <source> --fork` on the fork's first turn
         ),
     },
     npm=NpmCli("opencode", "opencode-ai", "1.18.33"),
