@@ -247,6 +247,7 @@ async def test_opencode_acp_control(nursery: trio.Nursery, opencode_env: OpenCod
         oc.Rule("FORK-ONLY question", ["Fork answer."]),
         oc.Rule("source again", ["Source answer."]),
         oc.Rule("what was injected", ["Tangerine."]),
+        oc.Rule("run it unasked", [oc.bash_call("echo unasked-ok"), "Ran it."]),
     )
     async with env.server(nursery) as srv:
         tid = await env.open_thread(srv)
@@ -295,6 +296,15 @@ async def test_opencode_acp_control(nursery: trio.Nursery, opencode_env: OpenCod
         t, _ = await run(srv, tid, "what was injected")
         assert t["status"] == "completed", t
         assert "\n".join(env.fake.user_texts(-1)).count(INJECTED) == 1
+
+        # approvalPolicy never: OpenCode's permissions are its agent's environment, so the
+        # session moves to an agent that asks nothing (restart), and keeps its model
+        [pid] = opencode_pids(srv, "acp")
+        t, events = await run(srv, tid, "run it unasked", approvalPolicy="never")
+        assert t["status"] == "completed" and requests_in(events) == [], t
+        assert "unasked-ok" in json.dumps(env.fake.tool_results(-1))
+        assert env.fake.model_requests[-1].model == "fake-small"
+        assert set(opencode_pids(srv, "acp")) - {pid}, "no new agent for the new permissions"
 
 
 async def test_opencode_run_control(nursery: trio.Nursery, opencode_env: OpenCodeEnv) -> None:
