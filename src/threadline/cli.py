@@ -221,10 +221,11 @@ def _doctor_line(info: Any) -> str:
 
 def _run(args: Any) -> int:
     from .terminal import RunOptions, run_main
-    from .terminal.run import mcp_servers
+    from .terminal.run import image_args, mcp_servers
 
     try:
         mcp_servers(args.mcp)
+        images = image_args(args.image)
     except ValueError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         return 2
@@ -240,6 +241,7 @@ def _run(args: Any) -> int:
             approval_policy=args.approval_policy,
             mode=args.mode,
             mcp=args.mcp,
+            images=images,
         )
     )
 
@@ -249,7 +251,8 @@ def _add_run_parser(sub: Any) -> None:
         "run",
         help="run a turn in the terminal (interactive without a prompt)",
         description="Start threadline, open a thread and run the prompt, rendering the turn "
-        "live and asking for approvals. Without a prompt, read prompts line by line. Ctrl-C "
+        "live and asking for approvals. Without a prompt, read prompts line by line (/help "
+        "lists the commands between them: /model, /effort, /fork, /compact, /name). Ctrl-C "
         "cancels the running turn; a second Ctrl-C quits. Exit status: 0 completed, "
         "1 failed, 2 usage, 130 interrupted.",
     )
@@ -270,6 +273,13 @@ def _add_run_parser(sub: Any) -> None:
         metavar="NAME=COMMAND",
         help="give the agent an MCP server: NAME=COMMAND [ARGS…] (stdio) or NAME=URL (HTTP); "
         "repeatable",
+    )
+    run.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="attach an image file (or an http(s) URL) to the first prompt; repeatable",
     )
     run.add_argument("--resume", metavar="THREAD_ID", help="continue this thread")
     run.add_argument("--json", action="store_true", help="print raw notifications as JSON lines")

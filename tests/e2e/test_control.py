@@ -282,8 +282,12 @@ async def test_management_and_history_lists_across_a_restart(
         listed = await srv.call("thread/list", {})
         assert tid in [t["id"] for t in listed["data"]]
         await srv.call("thread/resume", {"threadId": tid})
-        assert await srv.call("thread/delete", {"threadId": tid}) == {}
-        await srv.wait_method("thread/deleted")
+        # The mock keeps no session files: asked to delete them, it says so.
+        params = {"threadId": tid, "deleteBackendSession": True}
+        assert await srv.call("thread/delete", params) == {}
+        seen: list[Any] = []
+        await srv.wait_method("thread/deleted", seen=seen)
+        assert any("cannot delete its CLI's session files" in w for w in warnings(seen)), seen
         gone = await srv.error("thread/read", {"threadId": tid})
         assert gone["code"] == -32600
         assert tid not in [t["id"] for t in (await srv.call("thread/list", {}))["data"]]

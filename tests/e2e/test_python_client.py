@@ -3,6 +3,7 @@ drives it (mock backend, and the real `claude` CLI against the fake Anthropic AP
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -21,20 +22,32 @@ from threadline.client import (
     UnknownNotification,
     accept_all,
     decline_all,
+    image,
+    message_item,
     spawn,
 )
 from threadline.protocol import (
     AgentMessageDeltaNotification,
+    AgentMessageItem,
     CommandExecutionItem,
     CommandExecutionRequestApprovalParams,
+    ContextCompactedNotification,
+    ContextCompactionItem,
     FileChangeItem,
     FileChangeRequestApprovalParams,
+    GitInfo,
+    ImageInput,
     ItemCompletedNotification,
     ItemStartedNotification,
+    LocalImageInput,
+    ReadOnlySandbox,
+    TextInput,
+    ThreadNameUpdatedNotification,
     ThreadStartedNotification,
     ToolRequestUserInputParams,
     TurnCompletedNotification,
     TurnStartedNotification,
+    UserMessageItem,
     WarningNotification,
 )
 
@@ -304,3 +317,130 @@ async def test_client_defined_tools_are_answered_by_their_handlers(
     ]
     assert "lookup: hola means hello" in turn.text
     assert "kb__broken: broken failed: the index is offline" in turn.text
+
+
+# A 1x1 PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def _drain(events: trio.MemoryReceiveChannel[Any]) -> list[Any]:
+    return [events.receive_nowait() for _ in range(events.statistics().current_buffer_used)]
+
+
+async def test_images_and_typed_overrides_reach_the_agent(home: Path, workdir: Path) -> None:
+    (workdir / "shot.png").write_bytes(PNG)
+    data_url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    other = workdir / "sub"
+    other.mkdir()
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        seen = await client.run_turn(
+            tid, ["What is in these?", image(data_url), image(Path("shot.png"))]
+        )
+        assert seen.text.count(f"[image: image/png, {len(PNG)} bytes]") == 2, seen.text
+        [user] = [i for i in seen.items if isinstance(i, UserMessageItem)]
+        assert [type(c) for c in user.content] == [TextInput, ImageInput, LocalImageInput]
+
+        settings = await client.run_turn(
+            tid,
+            "/settings",
+            model="mock-2",
+            effort="high",
+            sandbox_policy=ReadOnlySandbox(),
+            cwd=str(other),
+            output_schema={"type": "object"},
+        )
+        for part in ("model=mock-2", "effort=high", "sandbox=read-only", f"cwd={other}"):
+            assert part in settings.text, settings.text
+        assert "outputSchema=True" in settings.text
+        later = await client.run_turn(tid, "/settings")  # overrides stick, the schema does not
+        assert "model=mock-2" in later.text and "outputSchema=False" in later.text
+
+        with pytest.raises(RpcError) as bad:
+            await client.start_turn(tid, [image(workdir / "missing.png")])
+        assert bad.value.code == -32602 and "missing.png" in bad.value.message
+        assert (await client.run_turn(tid, "/text still fine")).text == "still fine"
+
+
+async def test_steer_fork_compact_and_injected_history(home: Path, workdir: Path) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        await client.inject_items(
+            tid,
+            [message_item("user", "Hi"), message_item("assistant", "The secret word is PLUM.")],
+        )
+        turn = await client.start_turn(tid, "/text working\n/sleep 1\nfirst part")
+        steered = []
+        async for n in turn:
+            if isinstance(n, AgentMessageDeltaNotification) and not steered:
+                steered.append(await turn.steer("also this"))  # the agent is at work
+        assert [s.turn_id for s in steered] == [turn.turn_id]
+        assert turn.completed is not None and turn.completed.turn.status == "completed"
+        assert "steered: also this" in turn.text
+        with pytest.raises(RpcError) as idle:
+            await turn.steer("too late")
+        assert "no active turn" in idle.value.message
+
+        history = (await client.run_turn(tid, "/history")).text
+        said = [line for line in history.splitlines() if line.startswith("user:")]
+        assert [("PLUM" in line) for line in said] == [True, False]  # injected once
+        assert said[0].index("PLUM") < said[0].index("first part")
+
+        last = turn.turn_id
+        forked = await client.fork_thread(tid, exclude_turns=True)
+        fork = forked.thread.id
+        assert fork != tid and forked.thread.forked_from_id == tid
+        with pytest.raises(RpcError) as not_last:
+            await client.fork_thread(tid, last_turn_id=last)  # /history ran after it
+        assert not_last.value.code == -32602 and "lastTurnId" in not_last.value.message
+        in_fork = (await client.run_turn(fork, "the fork speaks\n/history")).text
+        assert "first part" in in_fork and "the fork speaks" in in_fork
+        assert "the fork speaks" not in (await client.run_turn(tid, "/history")).text
+
+        events = client.subscribe()
+        compaction = await client.compact_thread(tid)
+        done = await compaction.wait()
+        assert done.turn.status == "completed" and compaction.turn_id == done.turn.id
+        assert [type(i) for i in compaction.items] == [ContextCompactionItem]
+        assert any(isinstance(n, ContextCompactedNotification) for n in _drain(events))
+        after = (await client.run_turn(tid, "/history")).text
+        assert "[compacted:" in after and "PLUM" not in after
+
+
+async def test_thread_management_and_history_lists_across_a_restart(
+    home: Path, workdir: Path
+) -> None:
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        events = client.subscribe()
+        tid = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        turn_ids = [(await client.run_turn(tid, f"/text turn {n}")).turn_id for n in range(3)]
+        await client.set_thread_name(tid, "  Release notes  ")
+        updated = await client.update_thread_metadata(tid, branch="main", sha="abc123")
+        assert updated.thread.git_info == GitInfo(branch="main", sha="abc123")
+        cleared = await client.update_thread_metadata(tid, sha=None)
+        assert cleared.thread.git_info == GitInfo(branch="main")
+        await client.archive_thread(tid)
+        [named] = [n for n in _drain(events) if isinstance(n, ThreadNameUpdatedNotification)]
+        assert named.thread_name == "Release notes"
+
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        page = await client.list_turns(tid, limit=2)
+        assert [t.id for t in page.data] == turn_ids[:0:-1]  # newest first
+        rest = await client.list_turns(tid, limit=2, cursor=page.next_cursor)
+        assert [t.id for t in rest.data] == turn_ids[:1] and rest.next_cursor is None
+        assert [t.id async for t in client.all_turns(tid, sort_direction="asc", page=1)] == turn_ids
+        items = [e async for e in client.all_items(tid, page=4)]
+        assert [e.turn_id for e in items] == [t for t in turn_ids for _ in range(2)]
+        assert [type(e.item) for e in items[:2]] == [UserMessageItem, AgentMessageItem]
+        one = await client.list_items(tid, turn_id=turn_ids[2], sort_direction="desc")
+        assert [type(e.item) for e in one.data] == [AgentMessageItem, UserMessageItem]
+
+        unarchived = await client.unarchive_thread(tid)
+        assert unarchived.thread.name == "Release notes"
+        assert tid in [t.id for t in (await client.list_threads()).data]
+        await client.delete_thread(tid)
+        with pytest.raises(RpcError) as gone:
+            await client.read_thread(tid)
+        assert gone.value.code == -32600

@@ -3,6 +3,7 @@ answers typed on stdin, Ctrl-C as SIGINT."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -254,3 +255,98 @@ def test_mcp_servers_from_the_command_line(home: Path, workdir: Path) -> None:
     assert "echo: echo: from the terminal" in done.stdout, done.stdout
     bad = run(home, workdir, "--mcp", "no-command", prompt)
     assert bad.returncode == 2 and "expected NAME=COMMAND" in bad.stderr, bad.stderr
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def test_images_attach_to_the_first_prompt(home: Path, workdir: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"  # outside the thread's cwd: the path is taken from here
+    shot.write_bytes(PNG)
+    seen = f"[image: image/png, {len(PNG)} bytes]"
+    done = run(home, workdir, "--image", str(shot), "--image", str(shot), "what is it?")
+    assert done.returncode == 0, done.stderr
+    assert f"{seen}\n{seen}\nmock reply: what is it?" in done.stdout, done.stdout
+    # Interactive: the first line carries them, later ones do not.
+    done = run(home, workdir, "--image", str(shot), stdin="/text one\n/text two\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(seen) == 1 and done.stdout.index(seen) < done.stdout.index("two")
+    missing = run(home, workdir, "--image", str(tmp_path / "nope.png"), "x")
+    assert missing.returncode == 2 and "nope.png: no such file" in missing.stderr
+    text = tmp_path / "notes.txt"
+    text.write_text("not a picture")
+    refused = run(home, workdir, "--image", str(text), "x")
+    assert refused.returncode == 1 and "not an image" in refused.stderr, refused.stderr
+
+
+def test_prompt_commands_model_effort_name_fork_compact(home: Path, workdir: Path) -> None:
+    lines = [
+        "/help",
+        "/model",
+        "/model mock-2",
+        "/effort high",
+        "/settings",
+        "/settings",
+        "/model",
+        "/effort max",
+        "/text refused with the bad effort",
+        "/text after the bad effort",
+        "/name Release notes",
+        "the source speaks",
+        "/fork",
+        "/text the fork speaks",
+        "/history",
+        "/compact",
+        "/history",
+        "//text sent as it is",
+    ]
+    done = run(home, workdir, stdin="\n".join(lines) + "\n")
+    assert done.returncode == 0, done.stderr
+    out, err = done.stdout, done.stderr
+    for command in ("/model [NAME]", "/effort LEVEL", "/fork", "/compact", "/name TEXT"):
+        assert command in err, err
+    assert re.search(r"mock-1 +Mock 1 \(default\)", err) and "choose one with /model NAME" in err
+    assert "this thread's model: mock-2" in err  # the second /model, after the change
+    settings = [line for line in out.splitlines() if line.startswith("model=")]
+    assert len(settings) == 2 and all("model=mock-2 effort=high" in s for s in settings)
+    assert "not one of" in err and "(not applied: /effort max)" in err
+    assert "refused" not in out and "after the bad effort" in out  # the thread goes on
+    assert "thread named 'Release notes'" in err
+    forked = re.search(r"forked thread ([0-9a-f-]{36}) from ([0-9a-f-]{36})", err)
+    assert forked, err
+    fork, source = forked.groups()
+    history = out[out.index("the fork speaks") :]
+    assert "user: the source speaks" in history and "user: /text the fork speaks" in history
+    assert "» compacting the conversation\n(conversation compacted)\n— done" in out
+    assert "[compacted:" in out.split("(conversation compacted)")[1]
+    assert out.rstrip().endswith("sent as it is\n— done"), out
+    # The fork is its own thread: the source never saw the fork's turns.
+    source_said, fork_said, forked_from = trio.run(said_in, home, source, fork)
+    assert "the source speaks" in source_said and "/text the fork speaks" not in source_said
+    assert "the source speaks" in fork_said and "/text the fork speaks" in fork_said
+    assert forked_from == source
+
+
+async def said_in(home: Path, source: str, fork: str) -> tuple[list[str], list[str], str | None]:
+    """What the user said in each thread (from threadline's store) and the fork's source."""
+    from threadline.client import spawn
+    from threadline.protocol import TextInput, UserMessageItem
+
+    said: list[list[str]] = []
+    async with spawn(env=run_env(home), stderr=subprocess.DEVNULL) as client:
+        for tid in (source, fork):
+            thread = (await client.read_thread(tid)).thread
+            said.append(
+                [
+                    part.text
+                    for turn in thread.turns
+                    for item in turn.items
+                    if isinstance(item, UserMessageItem)
+                    for part in item.content
+                    if isinstance(part, TextInput)
+                ]
+            )
+        forked_from = (await client.read_thread(fork, include_turns=False)).thread.forked_from_id
+    return said[0], said[1], forked_from

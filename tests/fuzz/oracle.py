@@ -59,6 +59,16 @@ APP_ERRORS: dict[str, frozenset[int]] = {
     "turn/interrupt": frozenset({INVALID_REQUEST}),
     "turn/cancel": frozenset({INVALID_REQUEST}),
     "model/list": frozenset(),
+    "thread/fork": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
+    "thread/unarchive": frozenset({INVALID_REQUEST}),
+    "thread/delete": frozenset({INVALID_REQUEST}),
+    "thread/name/set": frozenset({INVALID_REQUEST}),
+    "thread/metadata/update": frozenset({INVALID_REQUEST}),
+    "thread/turns/list": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
+    "thread/items/list": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
+    "thread/inject_items": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
+    "thread/compact/start": frozenset({INVALID_REQUEST}),
+    "turn/steer": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
 }
 
 #: Server→client request ids this close above the last one seen may be in flight while a turn

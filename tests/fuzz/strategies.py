@@ -44,7 +44,7 @@ OTHER_METHODS = [
     "thread/list ",
     "thread/list\u0000",
     "thread//list",
-    "turn/steer",
+    "thread/goal/set",
     "rpc.discover",
     "$/cancelRequest",
     "__init__",

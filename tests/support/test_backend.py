@@ -109,6 +109,13 @@ class ScriptedSession(b.BackendSession):
         if mode == "cancel" and self._scope is not None:
             self._scope.cancel()
 
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        self.backend.reconfigured.append(changed)
+        return changed - self.backend.live_fields - {"approvalPolicy"}
+
+    async def steer(self, turn: b.TurnInput) -> None:
+        self.backend.steered.append(turn)
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         backend = self.backend
         self.turns.append(turn)
@@ -164,6 +171,13 @@ class ScriptedBackend(b.Backend):
         self.open_error: BaseException | list[BaseException | None] | None = None
         #: When set, opening a session waits for this event first.
         self.open_gate: trio.Event | None = None
+        #: `capabilities().overrides` on top of the default; and the fields its sessions
+        #: apply live in `reconfigure` (the others make the engine reopen the session).
+        self.overrides: dict[str, Any] = {}
+        self.live_fields: frozenset[str] = frozenset()
+        #: `capabilities().steer`, `.fork`.
+        self.steerable = False
+        self.forkable = False
         #: Every session turns unhealthy after each turn (the engine must reopen it).
         self.unhealthy_after_turn = False
         #: Reported through `ctx.set_backend_session_id` at the start of every turn.
@@ -178,13 +192,23 @@ class ScriptedBackend(b.Backend):
         self.turn_inputs: list[b.TurnInput] = []
         self.contexts: list[b.TurnContext] = []
         self.interrupt_calls = 0
+        #: What `reconfigure` was called with, and the inputs steered into turns.
+        self.reconfigured: list[frozenset[str]] = []
+        self.steered: list[b.TurnInput] = []
         #: Turn ids whose script was cancelled from outside (hard cancel / timeout).
         self.cancelled_turns: list[str] = []
         #: Turn ids whose `run_turn` returned normally.
         self.returned_turns: list[str] = []
 
     def capabilities(self, mode: str) -> BackendCapabilities:
-        return mode_capabilities("in-process test script", "", interrupt=self.supports_interrupt)
+        return mode_capabilities(
+            "in-process test script",
+            "",
+            interrupt=self.supports_interrupt,
+            overrides=self.overrides,
+            steer=self.steerable,
+            fork=self.forkable,
+        )
 
     def foreign_model(self, model: str) -> bool:
         return model.startswith("foreign-")

@@ -17,11 +17,18 @@ from threadline.client import (
     RpcError,
     ServerClosed,
     ServerRequest,
+    TurnStream,
     UnknownNotification,
     connect,
+    image,
     in_process,
+    message_item,
 )
-from threadline.protocol import AgentMessageDeltaNotification, TurnCompletedNotification
+from threadline.protocol import (
+    AgentMessageDeltaNotification,
+    ReadOnlySandbox,
+    TurnCompletedNotification,
+)
 from threadline.server.app import Server
 from threadline.server.config import ServerConfig
 from threadline.store import ThreadStore
@@ -196,3 +203,71 @@ async def test_in_process_server_runs_a_turn_and_the_trace_sees_every_line(
     received = [m for side, m in lines if side == "receive"]
     assert "turn/completed" in [m.get("method") for m in received]
     assert received[-1]["id"] is None and received[-1]["error"]["code"] == -32700
+
+
+async def test_wire_shapes_of_images_overrides_steer_and_a_compaction_turn() -> None:
+    peer = JsonLinePeer()
+    async with connect(peer.their_send, peer.their_receive) as client:
+        async with trio.open_nursery() as nursery:
+            streams: list[TurnStream] = []
+
+            async def start() -> None:
+                prompt = ["look", image("https://example.invalid/a.png"), image(Path("b.png"))]
+                stream = await client.start_turn(
+                    "t1", prompt, model="m2", effort="low", sandbox_policy=ReadOnlySandbox()
+                )
+                await stream.steer([image("data:image/png;base64,AA==", detail="high")])
+                streams.append(stream)
+
+            nursery.start_soon(start)
+            request = await peer.read()
+            assert request["method"] == "turn/start"
+            assert request["params"] == {
+                "threadId": "t1",
+                "input": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "url": "https://example.invalid/a.png"},
+                    {"type": "localImage", "path": "b.png"},
+                ],
+                "model": "m2",
+                "effort": "low",
+                "sandboxPolicy": {"type": "readOnly"},
+            }
+            await peer.write({"id": request["id"], "result": {"turn": _turn("u1")}})
+            steer = await peer.read()
+            assert steer["method"] == "turn/steer"
+            assert steer["params"] == {
+                "threadId": "t1",
+                "expectedTurnId": "u1",
+                "input": [{"type": "image", "url": "data:image/png;base64,AA==", "detail": "high"}],
+            }
+            await peer.write({"id": steer["id"], "result": {"turnId": "u1"}})
+        await peer.write(turn_completed("t1", "u1"))
+        assert (await streams[0].wait()).turn.id == "u1"
+
+        # A compaction answers {}; its turn is the one `turn/started` announces next.
+        async with trio.open_nursery() as nursery:
+            compactions: list[TurnStream] = []
+
+            async def compact() -> None:
+                compactions.append(await client.compact_thread("t1"))
+
+            nursery.start_soon(compact)
+            request = await peer.read()
+            assert request["method"] == "thread/compact/start"
+            assert request["params"] == {"threadId": "t1"}
+            await peer.write({"id": request["id"], "result": {}})
+        [compaction] = compactions
+        started = {"threadId": "t1", "turn": _turn("c1")}
+        await peer.write({"method": "turn/started", "params": started})
+        await peer.write(turn_completed("t1", "c1"))
+        assert (await compaction.wait()).turn.id == "c1" and compaction.turn_id == "c1"
+
+
+def test_message_items_have_the_responses_api_shape() -> None:
+    assert message_item("user", "Hi") == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Hi"}],
+    }
+    assert message_item("assistant", "Yes")["content"] == [{"type": "output_text", "text": "Yes"}]

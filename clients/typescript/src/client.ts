@@ -14,25 +14,44 @@ import {
   type DynamicToolCallParams,
   type DynamicToolCallResponse,
   type DynamicToolSpec,
+  type ImageInput,
   type InitializeParams,
   type InitializeResponse,
   type ItemCompletedNotification,
+  type LocalImageInput,
   type RequestId,
   type ServerNotificationMethod,
   type ServerNotifications,
   type ServerRequestMethod,
   type ServerRequests,
   type TextInput,
+  type ThreadForkParams,
+  type ThreadItemsListParams,
+  type ThreadMetadataGitInfoUpdate,
+  type ThreadTurnsListParams,
   type Turn,
   type TurnCompletedNotification,
   type TurnStartParams,
   type TurnStartResponse,
+  type TurnSteerResponse,
 } from "./generated/protocol.js";
 
 // ---- derived protocol types --------------------------------------------------------------------
 
 export type RequestParams<M extends ClientRequestMethod> = ClientRequests[M]["params"];
 export type RequestResult<M extends ClientRequestMethod> = ClientRequests[M]["result"];
+
+/** One item of a turn's input: `text`, `image` (URL or data URL), `localImage` (a path on the
+ * server's machine), `skill` or `mention`. */
+export type UserInput = TurnStartParams["input"][number];
+
+/** A turn's input: text, or a list of text and input items (see {@link imageInput}). */
+export type Prompt = string | ReadonlyArray<string | UserInput>;
+
+/** `turn/start` without `threadId` and `input`: the per-turn overrides (`model`, `effort`,
+ * `summary`, `approvalPolicy`, `sandboxPolicy`, `cwd`, `outputSchema`). Each sticks for the
+ * thread's later turns except `outputSchema`; a backend that cannot apply one sends a `warning`. */
+export type TurnOverrides = Omit<TurnStartParams, "threadId" | "input">;
 
 /** Any item of a turn (`userMessage`, `agentMessage`, `commandExecution`, `fileChange`, …),
  * discriminated by `type`. */
@@ -152,11 +171,11 @@ export interface TurnResult {
   serverRequests: IncomingServerRequest[];
 }
 
-/** A started turn (see {@link ThreadlineClient.startTurn}). */
+/** A started turn (see {@link ThreadlineClient.startTurn}, {@link ThreadlineClient.compactThread}). */
 export interface TurnHandle {
   threadId: string;
   turnId: string;
-  /** The `turn/start` result. */
+  /** The turn as it started (`turn/start`'s result, or a compaction's `turn/started`). */
   started: TurnStartResponse;
   /** The turn's notifications so far (grows until the turn completes). */
   readonly notifications: readonly Notification[];
@@ -164,6 +183,8 @@ export interface TurnHandle {
   completed: Promise<TurnResult>;
   /** Sends `turn/cancel` for this turn. */
   cancel(): Promise<void>;
+  /** Sends `turn/steer`: more input for this turn while it runs. */
+  steer(prompt: Prompt): Promise<TurnSteerResponse>;
 }
 
 export interface CloseOptions {
@@ -180,6 +201,30 @@ function toolKey(namespace: string | undefined, name: string): string {
 /** `[{type: "text", text}]`: the usual `turn/start` input. */
 export function textInput(text: string): TextInput[] {
   return [{ type: "text", text }];
+}
+
+/** The `input` of `turn/start` / `turn/steer`: each string becomes a `text` item. */
+export function toInput(prompt: Prompt): UserInput[] {
+  if (typeof prompt === "string") return textInput(prompt);
+  return prompt.map((part) => (typeof part === "string" ? { type: "text", text: part } : part));
+}
+
+/** An image input: an `http(s)://` or `data:` URL as `image`, anything else as a file path
+ * (`localImage`, relative to the thread's cwd on the server). */
+export function imageInput(source: string, detail?: string): ImageInput | LocalImageInput {
+  const extra = detail === undefined ? {} : { detail };
+  if (/^(https?:\/\/|data:)/.test(source)) return { type: "image", url: source, ...extra };
+  return { type: "localImage", path: source, ...extra };
+}
+
+/** One message of earlier conversation for {@link ThreadlineClient.injectItems}, in the
+ * Responses API shape Codex takes. */
+export function messageItem(
+  role: "user" | "assistant" | "developer",
+  text: string,
+): Record<string, unknown> {
+  const part = role === "assistant" ? "output_text" : "input_text";
+  return { type: "message", role, content: [{ type: part, text }] };
 }
 
 /** The command and arguments used when none are given: `$THREADLINE_COMMAND` split on
@@ -211,6 +256,8 @@ interface TurnWatch {
   earlyRequests: IncomingServerRequest[];
   notifications: Notification[];
   serverRequests: IncomingServerRequest[];
+  /** Set for a turn whose id arrives with its `turn/started` (a compaction). */
+  adopt?: (turn: Turn) => void;
   finish(result: TurnResult): void;
   fail(error: Error): void;
 }
@@ -580,6 +627,55 @@ export class ThreadlineClient {
   /** Sends `turn/start` and returns a handle whose `completed` resolves at `turn/completed`,
    * with the turn's notifications (collection starts before the request is sent). */
   async startTurn(params: TurnStartParams, options: TurnOptions = {}): Promise<TurnHandle> {
+    const watch = this.watchTurn(params.threadId, options);
+    let started: TurnStartResponse;
+    try {
+      started = await this.request("turn/start", params);
+    } catch (error) {
+      this.turnWatches.delete(watch.watch);
+      throw error;
+    }
+    return watch.begin(started.turn);
+  }
+
+  /** `thread/compact/start`: the CLI compacts its context in a turn of its own (a
+   * `contextCompaction` item). Resolves with that turn's handle once its `turn/started` arrived. */
+  async compactThread(threadId: string, options: TurnOptions = {}): Promise<TurnHandle> {
+    const watch = this.watchTurn(threadId, options);
+    const announced = new Promise<Turn>((resolve, reject) => {
+      watch.watch.adopt = resolve;
+      watch.watch.fail = ((fail) => (error: Error) => {
+        reject(error);
+        fail(error);
+      })(watch.watch.fail);
+    });
+    announced.catch(() => undefined);
+    try {
+      await this.request("thread/compact/start", { threadId });
+    } catch (error) {
+      this.turnWatches.delete(watch.watch);
+      throw error;
+    }
+    return watch.begin(await announced);
+  }
+
+  /** `turn/steer`: more input for the running turn `turnId` (refused when another turn, or
+   * none, runs, and on backends whose capabilities say `steer: false`). */
+  steerTurn(
+    threadId: string,
+    turnId: string,
+    prompt: Prompt,
+    options: RequestOptions = {},
+  ): Promise<TurnSteerResponse> {
+    const params = { threadId, expectedTurnId: turnId, input: toInput(prompt) };
+    return this.request("turn/steer", params, options);
+  }
+
+  /** Collects a thread's next turn from now on; `begin(turn)` once its id is known. */
+  private watchTurn(
+    threadId: string,
+    options: TurnOptions,
+  ): { watch: TurnWatch; begin: (turn: Turn) => TurnHandle } {
     let finish!: (result: TurnResult) => void;
     let fail!: (error: Error) => void;
     const completed = new Promise<TurnResult>((resolve, reject) => {
@@ -590,7 +686,7 @@ export class ThreadlineClient {
     completed.catch(() => undefined);
     let timer: NodeJS.Timeout | undefined;
     const watch: TurnWatch = {
-      threadId: params.threadId,
+      threadId,
       turnId: undefined,
       early: [],
       earlyRequests: [],
@@ -608,33 +704,94 @@ export class ThreadlineClient {
       },
     };
     this.turnWatches.add(watch);
-    let started: TurnStartResponse;
-    try {
-      started = await this.request("turn/start", params);
-    } catch (error) {
-      this.turnWatches.delete(watch);
-      throw error;
-    }
-    const turnId = started.turn.id;
+    const begin = (turn: Turn): TurnHandle => {
+      const turnId = turn.id;
+      if (watch.turnId === undefined) this.settleWatch(watch, turnId);
+      if (this.turnWatches.has(watch) && options.timeoutMs !== undefined) {
+        const ms = options.timeoutMs;
+        timer = setTimeout(() => watch.fail(new ThreadlineTimeoutError(`turn ${turnId}`, ms)), ms);
+      }
+      return {
+        threadId,
+        turnId,
+        started: { turn },
+        notifications: watch.notifications,
+        completed,
+        cancel: async () => {
+          await this.request("turn/cancel", { threadId, turnId });
+        },
+        steer: (prompt) => this.steerTurn(threadId, turnId, prompt),
+      };
+    };
+    return { watch, begin };
+  }
+
+  /** The watch's turn id is known: route what arrived before it. */
+  private settleWatch(watch: TurnWatch, turnId: string): void {
     watch.turnId = turnId;
-    for (const n of watch.early) this.routeToWatch(watch, n);
-    for (const r of watch.earlyRequests) if (belongs(watch, r.params)) watch.serverRequests.push(r);
+    const early = watch.early;
+    const earlyRequests = watch.earlyRequests;
     watch.early = [];
     watch.earlyRequests = [];
-    if (this.turnWatches.has(watch) && options.timeoutMs !== undefined) {
-      const ms = options.timeoutMs;
-      timer = setTimeout(() => watch.fail(new ThreadlineTimeoutError(`turn ${turnId}`, ms)), ms);
-    }
-    return {
-      threadId: params.threadId,
-      turnId,
-      started,
-      notifications: watch.notifications,
-      completed,
-      cancel: async () => {
-        await this.request("turn/cancel", { threadId: params.threadId, turnId });
-      },
-    };
+    for (const n of early) this.routeToWatch(watch, n);
+    for (const r of earlyRequests) if (belongs(watch, r.params)) watch.serverRequests.push(r);
+  }
+
+  // ---- threads ---------------------------------------------------------------------------------
+
+  /** `thread/fork`: a new thread with this one's history (the source is left as it is).
+   * `lastTurnId`, when given, must be the source's last turn. */
+  forkThread(
+    params: ThreadForkParams,
+    options: RequestOptions = {},
+  ): Promise<RequestResult<"thread/fork">> {
+    return this.request("thread/fork", params, options);
+  }
+
+  /** `thread/name/set` (trimmed by the server; `thread/name/updated` follows). */
+  setThreadName(threadId: string, name: string): Promise<RequestResult<"thread/name/set">> {
+    return this.request("thread/name/set", { threadId, name });
+  }
+
+  unarchiveThread(threadId: string): Promise<RequestResult<"thread/unarchive">> {
+    return this.request("thread/unarchive", { threadId });
+  }
+
+  /** `thread/delete`: threadline's record and log go; the CLI's own session files too only with
+   * `deleteBackendSession`. */
+  deleteThread(
+    threadId: string,
+    options: { deleteBackendSession?: boolean } = {},
+  ): Promise<RequestResult<"thread/delete">> {
+    return this.request("thread/delete", { threadId, ...options });
+  }
+
+  /** `thread/metadata/update` of the thread's Git info: a field left out stays, `null` clears
+   * it, a string replaces it. */
+  updateThreadMetadata(
+    threadId: string,
+    gitInfo: ThreadMetadataGitInfoUpdate,
+  ): Promise<RequestResult<"thread/metadata/update">> {
+    return this.request("thread/metadata/update", { threadId, gitInfo });
+  }
+
+  /** `thread/inject_items`: earlier conversation (Responses API items, e.g. from
+   * {@link messageItem}) for the model to see before the thread's next turn. */
+  injectItems(
+    threadId: string,
+    items: readonly unknown[],
+  ): Promise<RequestResult<"thread/inject_items">> {
+    return this.request("thread/inject_items", { threadId, items: [...items] });
+  }
+
+  /** One page of `thread/turns/list` (newest first unless `sortDirection: "asc"`). */
+  listTurns(params: ThreadTurnsListParams): Promise<RequestResult<"thread/turns/list">> {
+    return this.request("thread/turns/list", params);
+  }
+
+  /** One page of `thread/items/list` (oldest first unless `sortDirection: "desc"`). */
+  listItems(params: ThreadItemsListParams): Promise<RequestResult<"thread/items/list">> {
+    return this.request("thread/items/list", params);
   }
 
   /** Runs a turn to its end: {@link startTurn}, then its `completed`. */
@@ -728,7 +885,12 @@ export class ThreadlineClient {
     }
     for (const watch of [...this.turnWatches]) {
       if (watch.turnId === undefined) {
-        if (scopeOf(params).threadId === watch.threadId) watch.early.push(notification);
+        if (scopeOf(params).threadId !== watch.threadId) continue;
+        watch.early.push(notification);
+        if (watch.adopt && notification.method === "turn/started") {
+          this.settleWatch(watch, notification.params.turn.id);
+          watch.adopt(notification.params.turn);
+        }
       } else {
         this.routeToWatch(watch, notification);
       }

@@ -1,12 +1,16 @@
 export {
   ThreadlineClient,
   defaultCommand,
+  imageInput,
+  messageItem,
   textInput,
+  toInput,
   type ClientTool,
   type CloseOptions,
   type Diagnostic,
   type MethodHandler,
   type Notification,
+  type Prompt,
   type RequestOptions,
   type RequestParams,
   type RequestResult,
@@ -20,7 +24,9 @@ export {
   type ToolResult,
   type TurnHandle,
   type TurnOptions,
+  type TurnOverrides,
   type TurnResult,
+  type UserInput,
 } from "./client.js";
 export { JsonRpcError, ThreadlineExitedError, ThreadlineTimeoutError, type ExitInfo } from "./errors.js";
 export { LineSplitter } from "./framing.js";

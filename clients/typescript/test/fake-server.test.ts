@@ -94,3 +94,29 @@ test("close() escalates to SIGKILL when the server ignores EOF and SIGTERM", { t
   assert.ok(performance.now() - t0 < 5000);
   await assert.rejects(pending, /killed by SIGKILL before answering never\/answered/);
 });
+
+test("a compaction turn is collected from its turn/started, even one that beats the answer", { timeout: 15_000 }, async () => {
+  const client = fake(`
+    const turn = (id, status) => ({ id, status, items: [] });
+    onMessage((m) => {
+      if (m.method !== "thread/compact/start") return;
+      const threadId = m.params.threadId;
+      // Another thread's turn first: not this compaction's.
+      send({ jsonrpc: "2.0", method: "turn/started", params: { threadId: "other", turn: turn("x", "inProgress") } });
+      send({ jsonrpc: "2.0", method: "turn/started", params: { threadId, turn: turn("c1", "inProgress") } });
+      send({ jsonrpc: "2.0", id: m.id, result: {} });
+      const item = { type: "contextCompaction", id: "i1" };
+      send({ jsonrpc: "2.0", method: "item/completed", params: { threadId, turnId: "c1", item, completedAtMs: 1 } });
+      send({ jsonrpc: "2.0", method: "turn/completed", params: { threadId, turn: turn("c1", "completed") } });
+    });
+  `);
+  const handle = await client.compactThread("t1");
+  assert.equal(handle.turnId, "c1");
+  const result = await handle.completed;
+  assert.equal(result.turn.status, "completed");
+  assert.deepEqual(
+    result.notifications.map((n) => n.method),
+    ["turn/started", "item/completed", "turn/completed"],
+  );
+  await client.close();
+});

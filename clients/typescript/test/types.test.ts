@@ -7,7 +7,10 @@ import {
   CLIENT_REQUEST_METHODS,
   SERVER_NOTIFICATION_METHODS,
   SERVER_REQUEST_METHODS,
+  imageInput,
+  messageItem,
   textInput,
+  toInput,
   type ThreadlineClient,
 } from "../src/index.js";
 
@@ -42,7 +45,34 @@ export async function typedUsage(client: ThreadlineClient): Promise<void> {
     }
     return { decision: "decline" };
   });
-  void status;
+  // The control surface: typed per method.
+  const input = toInput(["look", imageInput("a.png")]);
+  const handle = await client.startTurn({ threadId: id, input, effort: "high" });
+  const steered: string = (await handle.steer([imageInput("https://example.invalid/b.png")])).turnId;
+  // @ts-expect-error: a number is not a prompt
+  await handle.steer(5);
+  // @ts-expect-error: the overrides are typed: sandboxPolicy is an object
+  await client.startTurn({ threadId: id, input: textInput("x"), sandboxPolicy: "readOnly" });
+  const forked = await client.forkThread({ threadId: id, lastTurnId: handle.turnId });
+  const fork: string | null | undefined = forked.thread.forkedFromId;
+  // @ts-expect-error: thread/fork needs threadId
+  await client.forkThread({ lastTurnId: "x" });
+  const compaction = await client.compactThread(id);
+  const compactedId: string = compaction.turnId;
+  await client.setThreadName(id, "name");
+  await client.updateThreadMetadata(id, { branch: null });
+  // @ts-expect-error: git info fields are strings or null
+  await client.updateThreadMetadata(id, { branch: 1 });
+  await client.injectItems(id, [messageItem("user", "hi")]);
+  const page = await client.listTurns({ threadId: id, sortDirection: "asc" });
+  const turns: string[] = page.data.map((x) => x.id);
+  // @ts-expect-error: "up" is not a sort direction
+  await client.listTurns({ threadId: id, sortDirection: "up" });
+  const listed = await client.listItems({ threadId: id, cursor: { type: "item", itemId: "i" } });
+  const kinds: string[] = listed.data.map((e) => e.item.type);
+  await client.unarchiveThread(id);
+  await client.deleteThread(id, { deleteBackendSession: true });
+  void [status, steered, fork, compactedId, turns, kinds];
 }
 
 test("the method lists match methods.json", () => {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -39,6 +39,7 @@ from ..protocol import (
     UserInput,
 )
 from .kit.cli_binary import check_cli, resolve_cli
+from .kit.session_files import remove_files
 from .registry import SPECS
 from .spec import BackendCheck, BackendSpec, foreign_model
 
@@ -383,8 +384,8 @@ class BackendSession(abc.ABC):
         return changed - {"approvalPolicy"}
 
     async def steer(self, turn: TurnInput) -> None:
-        """Add input to the running turn `turn.turn_id` (capability `steer`); the engine has
-        already shown it as a `userMessage` item. Raise BackendError when it cannot."""
+        """Add input to the running turn `turn.turn_id` (capability `steer`); the engine shows
+        it as a `userMessage` item once this returns. Raise BackendError when it cannot."""
         raise BackendError("this backend cannot add input to a running turn")
 
     async def compact(self, ctx: TurnContext) -> TurnOutcome | None:
@@ -447,11 +448,21 @@ class Backend(abc.ABC):
         process between threads (ACP) run those processes there, so they outlive any one
         thread and die with the server."""
 
-    async def delete_session(self, record: Any) -> str | None:
+    def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str] | None:
+        """The CLI's own files of session `session_id` (see `kit.session_files`); None when
+        the backend does not know where its CLI keeps them."""
+        return None
+
+    async def delete_session(self, env: Mapping[str, str], cwd: str, session_id: str) -> str | None:
         """`thread/delete` with `deleteBackendSession`: remove the CLI's own files of the
-        thread's session (`record.backend_session_id`, `record.cwd`). Returns a warning for the
-        client when it cannot, None once they are gone."""
-        return f"the {self.id} backend cannot delete its CLI's session files; they are kept"
+        session. A warning for the client when it cannot, None once they are gone."""
+        paths = self.session_files(env, cwd, session_id)
+        if paths is None:
+            return f"the {self.id} backend cannot delete its CLI's session files; they are kept"
+        problems = await remove_files(paths)
+        if problems:
+            return "could not delete the CLI's session files: " + "; ".join(problems)
+        return None
 
     def foreign_model(self, model: str) -> bool:
         """True when `model` is another backend's model name and not this one's (see

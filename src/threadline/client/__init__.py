@@ -17,6 +17,13 @@ Notifications are the Structs of `threadline.protocol` (`AgentMessageDeltaNotifi
 `approval_handler` as `ServerRequest`s and must be answered; a handler that raises, or no
 handler at all, declines.
 
+A prompt is text or a list of text and input items (`image("shot.png")`, `image(url)`);
+`start_turn` takes the per-turn overrides (`model=`, `effort=`, `output_schema=`, ...) as
+keywords. A running turn takes more input with `turn.steer(...)`; `fork_thread`,
+`compact_thread`, `inject_items` (of `message_item(role, text)`s) and the management requests
+(`set_thread_name`, `unarchive_thread`, `delete_thread`, `update_thread_metadata`,
+`list_turns`, `list_items`) are one typed method each.
+
 Client-defined tools: decorate an async handler with `@tool(description, input_schema)` and
 pass it to `start_thread(tools=[...])`; the agent's calls are answered by the handler
 (`item/tool/call`), a handler that raises answers a failed call.
@@ -26,8 +33,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._client import ApprovalHandler, Client, RpcError, ServerClosed, TurnStream, connect
+from ._client import (
+    ApprovalHandler,
+    Client,
+    RpcError,
+    ServerClosed,
+    TurnOverrides,
+    TurnStream,
+    connect,
+)
 from ._in_process import in_process
+from ._inputs import Prompt, image, message_item
 from ._messages import Notification, ServerRequest, UnknownNotification
 from ._spawn import spawn
 from ._tools import Tool, ToolHandler, ToolResult, tool
@@ -36,18 +52,22 @@ __all__ = [
     "ApprovalHandler",
     "Client",
     "Notification",
+    "Prompt",
     "RpcError",
     "ServerClosed",
     "ServerRequest",
     "Tool",
     "ToolHandler",
     "ToolResult",
+    "TurnOverrides",
     "TurnStream",
     "UnknownNotification",
     "accept_all",
     "connect",
     "decline_all",
+    "image",
     "in_process",
+    "message_item",
     "spawn",
     "tool",
 ]

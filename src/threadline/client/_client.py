@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import trio
 
@@ -20,14 +20,18 @@ from ..protocol import (
     CLIENT_METHODS,
     SERVER_REQUESTS,
     AgentMessageItem,
+    AskForApproval,
     Base,
     ClientInfo,
     InitializeParams,
     InitializeResponse,
     ItemCompletedNotification,
     ModelListResponse,
-    TextInput,
+    SandboxPolicy,
     ThreadArchiveResponse,
+    ThreadCompactStartParams,
+    ThreadForkParams,
+    ThreadForkResponse,
     ThreadItem,
     ThreadListResponse,
     ThreadReadResponse,
@@ -35,14 +39,17 @@ from ..protocol import (
     ThreadStartResponse,
     Turn,
     TurnCompletedNotification,
+    TurnStartedNotification,
     TurnStartParams,
     TurnStartResponse,
-    UserInput,
+    TurnSteerParams,
+    TurnSteerResponse,
 )
 from ..rpc import errors
 from ..rpc.endpoint import Endpoint, Incoming, PeerClosed, ResponseError
 from ..rpc.framing import DEFAULT_MAX_LINE
 from ..rpc.transport import StreamTransport, Trace, TracedTransport
+from ._inputs import Prompt, to_inputs
 from ._messages import (
     Notification,
     ServerRequest,
@@ -50,6 +57,7 @@ from ._messages import (
     decode_notification,
     decode_request_params,
 )
+from ._requests import ThreadRequests
 from ._tools import Tool, answer_tool_call, handles, specs
 
 __all__ = [
@@ -57,6 +65,7 @@ __all__ = [
     "Client",
     "RpcError",
     "ServerClosed",
+    "TurnOverrides",
     "TurnStream",
     "connect",
     "connected",
@@ -71,6 +80,22 @@ _R = TypeVar("_R", bound=Base)
 ApprovalHandler = Callable[[ServerRequest], Awaitable[Any]]
 
 _DECLINE = {"decision": "decline"}
+
+
+class TurnOverrides(TypedDict, total=False):
+    """`turn/start`'s per-turn settings. Each sticks for the thread's later turns, except
+    `output_schema` (this turn's final message only) and `client_user_message_id` (the id
+    of this turn's user message); how each reaches a backend is its mode's
+    `capabilities.overrides` (a `warning` names one it cannot apply)."""
+
+    model: str
+    effort: str
+    summary: str
+    approval_policy: AskForApproval
+    sandbox_policy: SandboxPolicy
+    cwd: str
+    output_schema: Any
+    client_user_message_id: str
 
 
 #: The server answered a request with a JSON-RPC error (`method`, `code`, `message`, `data`).
@@ -91,7 +116,8 @@ class TurnStream:
         self._client = client
         self.thread_id = thread_id
         self.handler = handler
-        #: The turn as `turn/start` answered it (status `inProgress`).
+        #: The turn as `turn/start` answered it (status `inProgress`); for a compaction, as
+        #: its `turn/started` announced it.
         self.turn: Turn | None = None
         #: Set once the turn's `turn/completed` arrived.
         self.completed: TurnCompletedNotification | None = None
@@ -106,13 +132,16 @@ class TurnStream:
 
     @property
     def text(self) -> str:
-        """The text of the turn's agent messages completed so far."""
-        return "".join(item.text for item in self.items if isinstance(item, AgentMessageItem))
+        """The text of the turn's agent messages completed so far, one line break between
+        two messages."""
+        return "\n".join(item.text for item in self.items if isinstance(item, AgentMessageItem))
 
     def _deliver(self, notification: Notification) -> bool:
         """Route a notification here; True when it completed the turn."""
         if isinstance(notification, ItemCompletedNotification):
             self.items.append(notification.item)
+        elif isinstance(notification, TurnStartedNotification) and self.turn is None:
+            self.turn = notification.turn
         done = isinstance(notification, TurnCompletedNotification) and (
             self.turn is None or notification.turn.id == self.turn.id
         )
@@ -149,8 +178,12 @@ class TurnStream:
         """`turn/cancel` this turn; its stream then ends with status `interrupted`."""
         await self._client.cancel_turn(self.thread_id, self.turn_id)
 
+    async def steer(self, prompt: Prompt) -> TurnSteerResponse:
+        """`turn/steer`: add input to this turn while it runs (see `Client.steer_turn`)."""
+        return await self._client.steer_turn(self.thread_id, self.turn_id, prompt)
 
-class Client:
+
+class Client(ThreadRequests):
     """A connection to a threadline server. Create it with `spawn()` or `connect()`."""
 
     def __init__(
@@ -264,47 +297,94 @@ class Client:
     async def start_turn(
         self,
         thread_id: str,
-        prompt: str | Sequence[UserInput],
+        prompt: Prompt,
         *,
         on_request: ApprovalHandler | None = None,
-        **fields: Any,
+        **overrides: Unpack[TurnOverrides],
     ) -> TurnStream:
-        """`turn/start`; returns the turn's stream of notifications. `on_request` answers this
-        turn's approvals and questions (default: the client's `approval_handler`)."""
-        inputs: list[UserInput] = (
-            [TextInput(text=prompt)] if isinstance(prompt, str) else list(prompt)
-        )
-        stream = TurnStream(self, thread_id, on_request)
-        if thread_id in self._turns:
-            # The server allows one turn per thread; let it give the error, keep the live one.
-            await self.request("turn/start", TurnStartParams(thread_id=thread_id, input=inputs))
-            raise AssertionError("unreachable: turn/start on a busy thread succeeded")
-        # Registered before sending: the turn's first notifications can be read before the
-        # response has reached this task.
-        self._turns[thread_id] = stream
-        try:
-            params = TurnStartParams(thread_id=thread_id, input=inputs, **fields)
-            response = await self._call("turn/start", params, TurnStartResponse)
-        except BaseException:
-            if self._turns.get(thread_id) is stream:
-                del self._turns[thread_id]
-            raise
-        stream.turn = response.turn
-        return stream
+        """`turn/start`; returns the turn's stream of notifications. `prompt` is text or a
+        list of text and input items (`image(...)`); `overrides` (`model`, `effort`, ...)
+        stick for later turns, except `output_schema`. `on_request` answers this turn's
+        approvals and questions (default: the client's `approval_handler`)."""
+        params = TurnStartParams(thread_id=thread_id, input=to_inputs(prompt), **overrides)
+        return await self._open_turn(thread_id, on_request, "turn/start", params)
 
     async def run_turn(
         self,
         thread_id: str,
-        prompt: str | Sequence[UserInput],
+        prompt: Prompt,
         *,
         on_request: ApprovalHandler | None = None,
-        **fields: Any,
+        **overrides: Unpack[TurnOverrides],
     ) -> TurnStream:
         """Start a turn and wait for it to complete; the returned stream has `completed`,
         `items` and `text` filled in."""
-        stream = await self.start_turn(thread_id, prompt, on_request=on_request, **fields)
+        stream = await self.start_turn(thread_id, prompt, on_request=on_request, **overrides)
         await stream.wait()
         return stream
+
+    async def compact_thread(
+        self, thread_id: str, *, on_request: ApprovalHandler | None = None
+    ) -> TurnStream:
+        """`thread/compact/start`: the CLI compacts its context in a turn of its own (a
+        `contextCompaction` item); returns that turn's stream. Its `turn` is known once its
+        `turn/started` has been read."""
+        params = ThreadCompactStartParams(thread_id=thread_id)
+        return await self._open_turn(thread_id, on_request, "thread/compact/start", params)
+
+    async def _open_turn(
+        self,
+        thread_id: str,
+        on_request: ApprovalHandler | None,
+        method: str,
+        params: TurnStartParams | ThreadCompactStartParams,
+    ) -> TurnStream:
+        stream = TurnStream(self, thread_id, on_request)
+        if thread_id in self._turns:
+            # The server allows one turn per thread; let it give the error, keep the live one.
+            await self.request(method, params)
+            raise AssertionError(f"unreachable: {method} on a busy thread succeeded")
+        # Registered before sending: the turn's first notifications can be read before the
+        # response has reached this task.
+        self._turns[thread_id] = stream
+        try:
+            response = await self.request(method, params)
+        except BaseException:
+            if self._turns.get(thread_id) is stream:
+                del self._turns[thread_id]
+            raise
+        if isinstance(response, TurnStartResponse):
+            stream.turn = response.turn
+        return stream
+
+    async def steer_turn(self, thread_id: str, turn_id: str, prompt: Prompt) -> TurnSteerResponse:
+        """`turn/steer`: add input to the running turn `turn_id` (refused when another turn,
+        or none, runs, and on backends whose capabilities say `steer: false`)."""
+        params = TurnSteerParams(
+            thread_id=thread_id, input=to_inputs(prompt), expected_turn_id=turn_id
+        )
+        return await self._call("turn/steer", params, TurnSteerResponse)
+
+    async def fork_thread(
+        self,
+        thread_id: str,
+        *,
+        last_turn_id: str | None = None,
+        exclude_turns: bool = False,
+        ephemeral: bool = False,
+        **fields: Any,
+    ) -> ThreadForkResponse:
+        """`thread/fork`: a new thread with this one's history (this one is left as it is).
+        `last_turn_id`, when given, must be the thread's last turn; `fields` are
+        `ThreadForkParams` settings for the fork (`model`, `approval_policy`, ...)."""
+        params = ThreadForkParams(
+            thread_id=thread_id,
+            last_turn_id=last_turn_id,
+            exclude_turns=exclude_turns,
+            ephemeral=ephemeral,
+            **fields,
+        )
+        return await self._call("thread/fork", params, ThreadForkResponse)
 
     async def cancel_turn(self, thread_id: str, turn_id: str) -> None:
         from ..protocol import TurnInterruptParams

@@ -122,6 +122,9 @@ class BackendCapabilities(Base, kw_only=True):
     deltas: bool
     reasoning: bool
     images: bool = False
+    #: With `images`: an `image` given by an http(s) URL reaches the model too (else only
+    #: local files and `data:` URLs do).
+    image_urls: bool = True
     #: How each `turn/start` override reaches the CLI: `native` (applied to the running CLI,
     #: or at its next per-turn spawn), `restart` (the CLI is reopened, resuming its session),
     #: `unsupported` (a `warning` names the field; the value is kept for the thread).

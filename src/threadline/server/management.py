@@ -4,6 +4,7 @@ Everything here reads and writes threadline's own store, loaded or not (after re
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -123,7 +124,10 @@ class ThreadAdmin:
             await loaded.close()
             await loaded.set_status_not_loaded()
         if p.delete_backend_session and record.backend_session_id:
-            message = await service.backend_of(record).delete_session(record)
+            backend = service.backend_of(record)
+            message = await backend.delete_session(
+                os.environ, record.cwd, record.backend_session_id
+            )
             if message:
                 await service.peer.notify(
                     "warning", WarningNotification(message=message, thread_id=record.id)

@@ -647,6 +647,16 @@ class ThreadService:
                 f"Invalid params for {method}: input item type {kind!r} is not supported by the"
                 f" {thread.backend.id} backend ({thread.settings.mode} mode)",
             )
+        remote = [
+            i for i in images if isinstance(i, ImageInput) and (i.url or "").startswith("http")
+        ]
+        if remote and not thread.capabilities.image_urls:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params for {method}: the {thread.backend.id} backend"
+                f" ({thread.settings.mode} mode) takes no image by http(s) URL; send a"
+                " localImage or a data: URL",
+            )
         problems = image_problems(list(items), thread.settings.cwd)
         if problems:
             raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: " + "; ".join(problems))

@@ -208,14 +208,14 @@ class TurnRun:
         await self.handle_event(b.ItemCompleted(user_item))
 
     async def steer(self, user_input: list[UserInput]) -> None:
-        """Add input to this running turn (`turn/steer`): shown as a user message, then
-        handed to the backend; BackendError when it cannot take it."""
+        """Add input to this running turn (`turn/steer`): handed to the backend, then shown
+        as a user message; BackendError (and no item) when the backend cannot take it."""
         session = self.thread.session
         if session is None or not self._backend_started or self._backend_done:
             raise b.BackendError("the turn is not running on its CLI yet; try again")
-        await self.show_user_message(user_input)
         text = input_text(user_input)
         await session.steer(b.TurnInput(turn_id=self.id, input=user_input, text=text))
+        await self.show_user_message(user_input)
 
     async def _run_backend(self) -> tuple[TurnStatus, TurnError | None]:
         """How the backend ended the turn (before interrupts and the timeout are applied)."""

@@ -165,10 +165,14 @@ class Renderer:
             case p.WebSearchItem(query=query):
                 self.current = "searching the web"
                 self.line(s.cyan(f"» web search: {query}"))
+            case p.ContextCompactionItem():
+                self.current = "compacting the conversation"
+                self.line(s.cyan("» compacting the conversation"))
             case p.ReasoningItem():
                 self.current = "thinking"
             case p.AgentMessageItem():
                 self.current = "writing"
+                self._block = None  # a new message starts on its own line
             case _:
                 pass
 
@@ -191,6 +195,8 @@ class Renderer:
                     self.line(s.yellow(f"({status})"))
             case p.PlanItem(text=text):
                 self.line(s.bold("plan: ") + text)
+            case p.ContextCompactionItem():
+                self.line(s.dim("(conversation compacted)"))
             case _:
                 pass
         self.current = None

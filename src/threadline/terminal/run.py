@@ -9,6 +9,7 @@ the terminal's Ctrl-C reaches only this client.
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -21,7 +22,16 @@ from typing import Any
 
 import trio
 
-from ..client import Client, RpcError, ServerClosed, ServerRequest, TurnStream, spawn
+from ..client import (
+    Client,
+    RpcError,
+    ServerClosed,
+    ServerRequest,
+    TurnOverrides,
+    TurnStream,
+    image,
+    spawn,
+)
 from ..invocation import command_name
 from ..protocol import (
     CommandExecutionItem,
@@ -30,10 +40,12 @@ from ..protocol import (
     ThreadStartResponse,
     ToolRequestApprovalParams,
     ToolRequestUserInputParams,
+    UserInput,
 )
+from .commands import Parsed, help_text, parse
 from .render import Renderer, Style
 
-__all__ = ["RunOptions", "run_main"]
+__all__ = ["RunOptions", "image_args", "mcp_servers", "run_main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -64,6 +76,21 @@ def mcp_servers(specs: list[str]) -> dict[str, Any]:
     return servers
 
 
+def image_args(values: list[str]) -> list[str]:
+    """`--image` values → absolute paths (URLs as they are); raises ValueError for a file that
+    is not there."""
+    out = []
+    for value in values:
+        if value.startswith(("http://", "https://", "data:")):
+            out.append(value)
+            continue
+        path = os.path.abspath(os.path.expanduser(value))
+        if not os.path.isfile(path):
+            raise ValueError(f"--image {value}: no such file")
+        out.append(path)
+    return out
+
+
 @dataclass
 class RunOptions:
     prompt: str | None = None
@@ -76,6 +103,8 @@ class RunOptions:
     mode: str | None = None
     #: `NAME=COMMAND ARGS…` (a stdio MCP server) or `NAME=http(s)://…` (`--mcp`).
     mcp: list[str] = field(default_factory=list)
+    #: Image paths or URLs attached to the first prompt (`--image`).
+    images: list[str] = field(default_factory=list)
     #: The server command (default: this interpreter running threadline).
     server_argv: list[str] | None = None
 
@@ -151,6 +180,13 @@ class _Session:
         self.err = Style.for_stream(sys.stderr)
         self.lines = _StdinLines()
         self.turn: _TurnState | None = None
+        self.thread_id = ""
+        self.backend = ""
+        self.model = ""
+        #: Images for the next prompt (the first one only).
+        self.images: list[UserInput] = [image(i) for i in options.images]
+        #: `/model` and `/effort` settings for the next turn (the server keeps them after).
+        self.overrides: TurnOverrides = {}
         self.prompt_scope: trio.CancelScope | None = None
         self.status_shown = False
         self.exit_code = EXIT_OK
@@ -202,6 +238,7 @@ class _Session:
             self.say(self.err.red(f"threadline: {exc.message}"))
             return EXIT_USAGE
         thread = opened.thread
+        self.thread_id, self.backend, self.model = thread.id, opened.model_provider, opened.model
         self.say(
             self.err.dim(
                 f"thread {thread.id} · {opened.model_provider} · {opened.model} · {opened.cwd}\n"
@@ -209,24 +246,100 @@ class _Session:
             )
         )
         if o.prompt is not None:
-            return await self._turn(client, thread.id, o.prompt)
+            return await self._turn(client, o.prompt)
+        return await self._interactive(client)
+
+    async def _interactive(self, client: Client) -> int:
         code = EXIT_OK
         while True:
             self.clear_status()
             sys.stderr.write(self.err.bold("> "))
             sys.stderr.flush()
             line = await self.lines.receive()
-            if line is None or line.strip() in ("/exit", "/quit"):
+            if line is None:
                 return code
-            if line.strip():
-                code = await self._turn(client, thread.id, line)
+            parsed = parse(line)
+            if isinstance(parsed, str):
+                if parsed.strip():
+                    code = await self._turn(client, parsed)
+            elif parsed.command.name in ("exit", "quit"):
+                return code
+            else:
+                try:
+                    code = await self._command(client, parsed, code)
+                except RpcError as exc:
+                    self.say(self.err.red(f"threadline: {exc.message}"))
 
-    async def _turn(self, client: Client, thread_id: str, prompt: str) -> int:
+    async def _command(self, client: Client, parsed: Parsed, code: int) -> int:
+        """Run a prompt command; the session's exit status after it."""
+        name, arg, s = parsed.command.name, parsed.arg, self.err
+        if name == "help":
+            self.say(help_text())
+        elif not arg and name in ("effort", "name"):
+            self.say(s.yellow(f"usage: /{name} {parsed.command.arg}"))
+        elif name == "model" and not arg:
+            await self._list_models(client)
+        elif name == "model":
+            self.overrides["model"] = arg
+            self.say(s.dim(f"model {arg} from the next turn"))
+        elif name == "effort":
+            self.overrides["effort"] = arg
+            self.say(s.dim(f"effort {arg} from the next turn"))
+        elif name == "name":
+            await client.set_thread_name(self.thread_id, arg)
+            self.say(s.dim(f"thread named {arg!r}"))
+        elif name == "fork":
+            forked = await client.fork_thread(self.thread_id, exclude_turns=True)
+            source, self.thread_id = self.thread_id, forked.thread.id
+            self.say(
+                s.dim(
+                    f"forked thread {self.thread_id} from {source}; this session continues in"
+                    f" the fork\ncontinue it with: {command_name()} run --resume {self.thread_id}"
+                )
+            )
+        elif name == "compact":
+            stream = await client.compact_thread(self.thread_id, on_request=self._on_request)
+            return await self._follow(stream)
+        return code
+
+    async def _list_models(self, client: Client) -> None:
+        """The backend's models (the name `/model` takes, then what it is), marked."""
+        listed = await client.list_models(self.backend)
+        chosen = self.overrides.get("model")
+        for model in listed.data:
+            marks = [
+                mark
+                for mark, on in (
+                    ("default", model.is_default),
+                    ("this thread's", model.model == self.model),
+                    ("from the next turn", model.model == chosen),
+                )
+                if on
+            ]
+            about = model.display_name + (f" ({', '.join(marks)})" if marks else "")
+            self.say(f"  {model.model:24} {about}")
+        if self.model not in [m.model for m in listed.data]:
+            self.say(self.err.dim(f"this thread's model: {self.model}"))
+        self.say(self.err.dim("choose one with /model NAME"))
+
+    async def _turn(self, client: Client, prompt: str) -> int:
+        images, self.images = self.images, []
+        overrides, self.overrides = self.overrides, {}
         try:
-            stream = await client.start_turn(thread_id, prompt, on_request=self._on_request)
+            stream = await client.start_turn(
+                self.thread_id, [prompt, *images], on_request=self._on_request, **overrides
+            )
         except RpcError as exc:
             self.say(self.err.red(f"threadline: {exc.message}"))
+            if overrides:
+                unset = ", ".join(f"/{k} {v}" for k, v in overrides.items())
+                self.say(self.err.yellow(f"(not applied: {unset})"))
             return EXIT_FAILED
+        self.model = overrides.get("model", self.model)
+        return await self._follow(stream)
+
+    async def _follow(self, stream: TurnStream) -> int:
+        """Render a turn to its end; the exit status its outcome means."""
         self.turn = _TurnState(stream)
         try:
             async for notification in stream:
@@ -245,7 +358,7 @@ class _Session:
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async for _ in signals:
                 turn = self.turn
-                if turn is not None and not turn.cancelling:
+                if turn is not None and not turn.cancelling and turn.stream.turn is not None:
                     turn.cancelling = True
                     self.say(self.err.yellow("^C cancelling the turn (Ctrl-C again to quit)"))
                     if self.prompt_scope is not None:
@@ -379,6 +492,4 @@ class _Session:
 def _quiet_default() -> bool:
     """Server warnings would interleave with the rendered turn; keep them out unless the user
     asked for a log level."""
-    import os
-
     return "THREADLINE_LOG_LEVEL" not in os.environ

@@ -110,6 +110,7 @@ export interface BackendCapabilities {
   compact?: boolean;
   deltas: boolean;
   fork?: boolean;
+  imageUrls?: boolean;
   images?: boolean;
   injectItems?: "native" | "transcript";
   interrupt: boolean;

@@ -7,11 +7,14 @@ from ...backends.acp.agents import KNOWN_AGENTS
 from ...backends.base import Backend
 from ...backends.instances import create_backends
 from ...backends.registry import SPECS
+from ...backends.spec import OVERRIDE_FIELDS
 from .markdown import HEADER, cell, table, yes
 from .prose import (
     ACP_AGENTS_INTRO,
     BACKENDS_COLUMNS,
     BACKENDS_INTRO,
+    CONTROL_COLUMNS,
+    CONTROL_INTRO,
     INVOCATION_INTRO,
     VERSIONS_INTRO,
 )
@@ -23,7 +26,9 @@ def render_backends() -> str:
     """The page: one matrix row per backend and mode, then each backend's invocations."""
     backends = list(create_backends().values())
     out = [HEADER, *BACKENDS_INTRO, "", "## Matrix", "", *_matrix(backends), ""]
-    out += [*BACKENDS_COLUMNS, "", "## Invocation and role injection", "", *INVOCATION_INTRO, ""]
+    out += [*BACKENDS_COLUMNS, "", "## Control surface", "", *CONTROL_INTRO, ""]
+    out += [*_control(backends), "", *CONTROL_COLUMNS, ""]
+    out += ["## Invocation and role injection", "", *INVOCATION_INTRO, ""]
     for backend in backends:
         out += _invocations(backend)
     out += _acp_agents()
@@ -47,13 +52,39 @@ def _matrix(backends: list[Backend]) -> list[str]:
                     f"`{mode}`{_default_mark(backend, mode)}",
                     "interactive" if caps.approvals else "policy only",
                     "native interrupt" if caps.interrupt else "kill process group",
-                    *(
-                        yes(flag)
-                        for flag in (caps.resume, caps.deltas, caps.reasoning, caps.images)
-                    ),
+                    *(yes(flag) for flag in (caps.resume, caps.deltas, caps.reasoning)),
+                    _images(caps.images, caps.image_urls),
                 ]
             )
     return table([*header, "reasoning", "images"], rows)
+
+
+def _images(images: bool, urls: bool) -> str:
+    if not images:
+        return "no"
+    return "yes" if urls else "files and data: URLs"
+
+
+def _control(backends: list[Backend]) -> list[str]:
+    """Per mode: how each `turn/start` override is applied, and which control requests work."""
+    header = ["backend", "mode", *(f"`{f}`" for f in OVERRIDE_FIELDS), "`outputSchema`"]
+    header += ["steer", "fork", "compact", "injectItems"]
+    rows = []
+    for backend in backends:
+        for mode in backend.modes:
+            caps = backend.capabilities(mode)
+            how = [caps.overrides.get(field, "unsupported") for field in OVERRIDE_FIELDS]
+            rows.append(
+                [
+                    f"`{backend.id}`",
+                    f"`{mode}`{_default_mark(backend, mode)}",
+                    *("warning" if h == "unsupported" else h for h in how),
+                    "yes" if caps.output_schema else "warning",
+                    *(yes(flag) for flag in (caps.steer, caps.fork, caps.compact)),
+                    caps.inject_items,
+                ]
+            )
+    return table(header, rows)
 
 
 def _invocations(backend: Backend) -> list[str]:

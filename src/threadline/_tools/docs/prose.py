@@ -9,6 +9,8 @@ from .normalise import FIXED_DURATION_MS, FIXED_MS, FIXED_SECONDS, HOME_DIR, PRO
 __all__ = [
     "BACKENDS_COLUMNS",
     "BACKENDS_INTRO",
+    "CONTROL_COLUMNS",
+    "CONTROL_INTRO",
     "ERRORS_INTRO",
     "INVOCATION_INTRO",
     "SERVER_REQUESTS_INTRO",
@@ -120,7 +122,39 @@ BACKENDS_COLUMNS = [
     "- **streamed deltas** — agent text arrives as `item/agentMessage/delta` while it is",
     "  written; *no*: one delta with the whole text when the message is complete.",
     "- **reasoning** — the CLI's reasoning is reported as `reasoning` items.",
-    "- **images** — image inputs (`image`, `localImage`) reach the model.",
+    "- **images** — image inputs (`image`, `localImage`) reach the model; *no*: a turn",
+    "  with one is refused (`-32602`, naming the item type) before it starts. *files and",
+    "  data: URLs*: `localImage` and `data:` URLs do, an http(s) URL is refused",
+    "  (`capabilities.imageUrls`: false).",
+]
+
+CONTROL_INTRO = [
+    "How each backend mode takes `turn/start`'s per-turn overrides and the requests that act",
+    "on a conversation (`initialize` reports the same per mode: `capabilities.overrides`,",
+    "`outputSchema`, `steer`, `fork`, `compact`, `injectItems`). Image input is the",
+    "matrix's **images** column.",
+]
+
+CONTROL_COLUMNS = [
+    "What the columns mean:",
+    "",
+    "- **`model` … `cwd`** — how the override reaches the CLI. *native*: applied to the",
+    "  running CLI (or at its next per-turn start) without a restart; *restart*: the CLI is",
+    "  reopened, resuming its conversation, before the turn; *warning*: not applied — a",
+    "  `warning` notification names the field and the turn runs with the thread's settings.",
+    "  An applied override sticks for the thread's later turns. A model name of another",
+    "  provider (a Codex `gpt-…` on a claude thread) is never passed on: the backend's",
+    "  default model is used and a `warning` says so.",
+    "- **`outputSchema`** — *yes*: the turn's final message is constrained to the schema;",
+    "  *warning*: it is not, and a `warning` says so.",
+    "- **steer** — `turn/steer` adds input to the running turn; *no*: it is refused (send",
+    "  the input with the next `turn/start`).",
+    "- **fork** — `thread/fork` copies the CLI's conversation into a new thread; *no*: a",
+    "  thread that has talked to its CLI cannot be forked (one that has not can).",
+    "- **compact** — `thread/compact/start` compacts the CLI's context; *no*: refused.",
+    "- **injectItems** — how `thread/inject_items` reaches the agent. *native*: put into",
+    "  the CLI's own context; *transcript*: a transcript block at the head of the next",
+    "  turn's prompt, sent once.",
 ]
 
 INVOCATION_INTRO = [
@@ -167,8 +201,50 @@ _SUMMARIES = {
     "thread/loaded/list": "The ids of the threads loaded in this server process.",
     "turn/start": "Start a turn on a loaded thread. Answered at once with `status: "
     "inProgress`; the turn is then reported by notifications and ends with exactly one "
-    "`turn/completed`. `approvalPolicy` and `model` given here stick for later turns. A "
-    "second `turn/start` while one runs is refused.",
+    "`turn/completed`. `input` holds `text`, `image` (an http(s) or base64 data URL) and "
+    "`localImage` (a path, relative to the thread's cwd) items; an image on a backend mode "
+    "without `images`, a missing file or a non-image is refused (`-32602`) before the turn "
+    "starts. The overrides `model`, `effort`, `summary`, `approvalPolicy`, `sandboxPolicy` "
+    "and `cwd` stick for later turns (also after a restart); `outputSchema` constrains this "
+    "turn's final message only. Each reaches the CLI as the mode's "
+    "`capabilities.overrides` says (`native`, `restart`); one it cannot apply, and a model "
+    "name of another provider, is not applied and a `warning` names it. A second "
+    "`turn/start` while a turn runs is refused (use `turn/steer`).",
+    "turn/steer": "Add input to the running turn (`expectedTurnId` must be its id; "
+    "`-32600` when another turn, or none, runs). The input reaches the agent within that "
+    "turn as a new `userMessage` item, on backend modes whose capabilities say `steer`; "
+    "elsewhere the request is refused naming the backend and nothing changes.",
+    "thread/fork": "A new thread with the source's history (the CLI's conversation is "
+    "copied where the mode's capabilities say `fork`; a thread with no conversation yet "
+    "forks anywhere). By `threadId` only (`path` is refused); `lastTurnId`, when given, "
+    "must be the source's last turn. The source is left as it is and must be idle; the "
+    "settings given override the source's. `thread/started` follows; the result's "
+    "`thread.forkedFromId` names the source.",
+    "thread/unarchive": "Mark an archived thread active again (listed by `thread/list`, "
+    "resumable). `thread/unarchived` follows when it was archived.",
+    "thread/delete": "Unload the thread (stopping its CLI) and remove threadline's record "
+    "and log of it; `thread/deleted` follows. The CLI's own session files are removed only "
+    "with `deleteBackendSession: true` (a `warning` says when the backend cannot).",
+    "thread/name/set": "Name the thread (trimmed; empty clears it), loaded or not; "
+    "`thread/name/updated` follows.",
+    "thread/metadata/update": "Update the thread's `gitInfo` (`branch`, `sha`, "
+    "`originUrl`): a field left out stays, `null` clears it, a string replaces it.",
+    "thread/turns/list": "The thread's turns from threadline's store (also after a "
+    "restart, loaded or not), newest first unless `sortDirection: asc`; paged with `limit` "
+    "and `cursor` (`nextCursor`, `backwardsCursor`). `itemsView` `summary` (the default) "
+    "keeps each turn's final agent message, `full` every item, `notLoaded` none.",
+    "thread/items/list": "The thread's items (or one turn's, `turnId`) from threadline's "
+    "store with their `turnId`, oldest first unless `sortDirection: desc`; paged like "
+    "`thread/turns/list`, or from an `{type: item, itemId}` anchor within a turn.",
+    "thread/inject_items": "Put earlier conversation (Responses API items: user and "
+    "assistant `message`s, tool calls and outputs) into the thread's context before its "
+    "next turn. Natively where the mode's `capabilities.injectItems` is `native`; "
+    "otherwise (`transcript`) as a transcript block at the head of the next turn's prompt, "
+    "sent once. Stored with the thread, and copied by `thread/fork`.",
+    "thread/compact/start": "Compact the CLI's conversation, on backend modes whose "
+    "capabilities say `compact` (elsewhere refused naming the backend). Answered `{}`; the "
+    "compaction then runs as a turn of its own: `turn/started`, a `contextCompaction` item, "
+    "`thread/compacted`, `turn/completed`.",
     "turn/interrupt": "Stop the running turn; it ends with `turn/completed` `interrupted` (a "
     "pending approval is withdrawn and its tool never runs). Interrupting a turn that already "
     "finished is a harmless `{}`.",
@@ -178,6 +254,12 @@ _SUMMARIES = {
     "thread/status/changed": "The thread's status: `idle`, `active` (with `activeFlags`: "
     "`waitingOnApproval`, `waitingOnUserInput`) or `notLoaded`.",
     "thread/archived": "A thread was archived.",
+    "thread/unarchived": "A thread was unarchived (`thread/unarchive`).",
+    "thread/deleted": "A thread was deleted (`thread/delete`).",
+    "thread/name/updated": "A thread's name changed (`thread/name/set`); `threadName` is "
+    "absent when it was cleared.",
+    "thread/compacted": "Codex's older notice that the thread's context was compacted (sent "
+    "in a compaction turn, after its `contextCompaction` item completed).",
     "thread/closed": "Codex's notice that a thread was unloaded; in the schema for Codex "
     "clients, not sent by threadline today.",
     "turn/started": "A turn began (after the `turn/start` response).",
@@ -213,6 +295,10 @@ _SUMMARIES = {
     "its `fileChange` item)? Answer `{decision}`.",
     "item/tool/requestUserInput": "The agent asks the user questions. Answer `{answers: "
     "{<question id>: {answers: [...]}}}`; anything else leaves them unanswered.",
+    "item/tool/call": "The agent calls a client-defined tool (`thread/start.dynamicTools`). "
+    "Answer `{contentItems, success}`; an error response, a malformed answer, no answer "
+    "within `config.toolCallTimeoutMs` (default 300 s) or a client that went away is a "
+    "failed call the model reads.",
     "item/tool/requestApproval": "threadline extension: may the agent use this tool (neither "
     "a command nor a file change)? Answer `{decision}`.",
 }

@@ -18,6 +18,7 @@ from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credenti
 from ..kit.mcp import approval_name, is_dynamic
 from ..kit.spawn import LiveCliSession
 from .api import api_failure, provider_url, retry_status
+from .inputs import app_server_input
 from .invocation import (
     _ACTIONS_DECODER,
     _COMMON_FLAGS,
@@ -32,6 +33,8 @@ from .invocation import (
     _exit_error,
 )
 from .mcp import APPROVAL_KIND, mcp_config, with_error
+from .models import codex_models
+from .overrides import own_model, turn_overrides
 from .spec import SPEC
 
 log = logging.getLogger("threadline.backend.codex")
@@ -40,6 +43,9 @@ log = logging.getLogger("threadline.backend.codex")
 #: about 1 s, then leaves a slower server's tools out of the model's request).
 _MCP_START_WAIT = 30.0
 _MCP_STARTED = ("ready", "failed", "cancelled")
+#: How long a steer waits for the turn being started to get its Codex turn id (the first
+#: turn waits for the thread's MCP servers first).
+_STEER_WAIT = _MCP_START_WAIT + 10
 
 
 class CodexAppServerSession(LiveCliSession):
@@ -75,6 +81,18 @@ class CodexAppServerSession(LiveCliSession):
         #: MCP tool items of the running turn: id -> (server, tool); the ids not shown.
         self._mcp_calls: dict[str, tuple[str, str]] = {}
         self._hidden: set[str] = set()
+        #: Override fields the next `turn/start` sends (Codex keeps them for later turns):
+        #: those `thread/start`/`thread/resume` cannot take, and those changed since.
+        self._pending: set[str] = {"effort", "summary"}
+        if settings.sandbox_policy is not None:
+            self._pending.add("sandboxPolicy")
+        #: The model Codex opened the thread with (sent when the thread's model is reset).
+        self._default_model: str | None = None
+        #: Set once the turn being started has its Codex turn id (or failed to start).
+        self._started = trio.Event()
+        self._started.set()
+        #: A `thread/compact/start` runs (its turn id comes with `turn/started`).
+        self._compacting = False
 
     def argv(self) -> list[str]:
         return [self.codex.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
@@ -208,22 +226,36 @@ class CodexAppServerSession(LiveCliSession):
             params["baseInstructions"] = self.settings.base_instructions
         if self.mcp.servers:
             params["config"] = {"mcp_servers": self.mcp.servers}
+        result = await self._open_thread(params)
+        thread = (result or {}).get("thread") or {}
+        self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
+        if own_model(self.settings) is None:
+            self._default_model = (result or {}).get("model")
+        self._logged_out = await self._no_login()
+
+    async def _open_thread(self, params: dict[str, Any]) -> Any:
+        """Resume the thread's Codex thread, fork the source's (`thread/fork`: a new Codex
+        thread with its history, the source untouched), or start one."""
+        s = self.settings
         try:
-            if self.settings.backend_session_id:
+            if s.backend_session_id:
                 # Codex does not keep sandbox/approval policy across resume: send them again.
-                result = await self.request(
+                return await self.request(
                     "thread/resume",
-                    {**params, "threadId": self.settings.backend_session_id, "excludeTurns": True},
+                    {**params, "threadId": s.backend_session_id, "excludeTurns": True},
                 )
-            else:
-                result = await self.request("thread/start", params)
+            if s.fork_of:
+                result = await self.request(
+                    "thread/fork", {**params, "threadId": s.fork_of, "excludeTurns": True}
+                )
+                # From now on this thread resumes its own Codex thread, never forks again.
+                s.backend_session_id = str(((result or {}).get("thread") or {}).get("id"))
+                return result
+            return await self.request("thread/start", params)
         except ResponseError as exc:
             raise b.BackendError(
                 f"codex refused to open the thread: {exc.message}", codex_error_info="other"
             ) from None
-        thread = (result or {}).get("thread") or {}
-        self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
-        self._logged_out = await self._no_login()
 
     async def _no_login(self) -> bool:
         """Whether the model provider needs an OpenAI login and Codex has none: it would send
@@ -279,7 +311,8 @@ class CodexAppServerSession(LiveCliSession):
             return True
         return False
 
-    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+    async def _ready(self, ctx: b.TurnContext) -> str:
+        """Check the app-server can take a turn now; its Codex thread id."""
         if self.codex_thread_id is None or self.exited.is_set():
             raise _exit_error(self.proc, "is not running")
         # The thread is this child's only thread; drop what arrived between turns.
@@ -290,23 +323,121 @@ class CodexAppServerSession(LiveCliSession):
             detail = "codex is not logged in (`account/read`: no account)"
             raise b.BackendError.of(no_credentials(SPEC, detail))
         self._logged_out = False
-        if turn.bootstrap:
-            # Codex takes the role natively as developer instructions (thread/start).
-            await ctx.mark_role_bootstrap_applied()
-        await self._servers_started(ctx)
+        return self.codex_thread_id
+
+    async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        self._started = trio.Event()
         try:
-            result = await self.request(
-                "turn/start",
-                {
-                    "threadId": self.codex_thread_id,
-                    "input": [msgspec.to_builtins(i) for i in turn.input],
-                },
-            )
+            params = await self._turn_params(turn, ctx)
+            result = await self.request("turn/start", params)
         except ResponseError as exc:
             raise b.BackendError(
                 f"codex rejected the turn: {exc.message}", codex_error_info="other"
             ) from None
+        finally:
+            self._started.set()
+        self._pending.clear()
         self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
+        return await self._follow(ctx)
+
+    async def _turn_params(self, turn: b.TurnInput, ctx: b.TurnContext) -> dict[str, Any]:
+        """Get the app-server ready for the turn; the turn's `turn/start` params."""
+        thread_id = await self._ready(ctx)
+        if turn.bootstrap:
+            # Codex takes the role natively as developer instructions (thread/start).
+            await ctx.mark_role_bootstrap_applied()
+        await self._servers_started(ctx)
+        params: dict[str, Any] = {
+            "threadId": thread_id,
+            "input": app_server_input(turn.input, self.settings.cwd),
+            **await self._overrides(),
+        }
+        if turn.output_schema is not None:
+            params["outputSchema"] = turn.output_schema  # this turn only (Codex's rule)
+        return params
+
+    async def _overrides(self) -> dict[str, Any]:
+        """The `turn/start` overrides pending (see `_pending`)."""
+        reset = "model" in self._pending and own_model(self.settings) is None
+        if reset and self._default_model is None:
+            # The thread opened with a model of its own: the default is Codex's configured one.
+            try:
+                read = await self.request("config/read", {"cwd": self.settings.cwd}, timeout=10)
+                self._default_model = ((read or {}).get("config") or {}).get("model")
+            except ResponseError as exc:
+                log.info("codex config/read: %s", exc.message)
+        return turn_overrides(self.settings, self._pending, self._default_model)
+
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        """Every override is a `turn/start` param of Codex's: sent with the next turn."""
+        self._pending |= changed
+        return frozenset()
+
+    async def steer(self, turn: b.TurnInput) -> None:
+        """Codex's `turn/steer`: the input joins the running turn (Codex drops the response
+        in flight and samples again with it)."""
+        if self._compacting:
+            raise b.BackendError("codex cannot add input to a compaction")
+        with trio.move_on_after(_STEER_WAIT):
+            await self._started.wait()  # a turn being started has its id soon
+        if self._turn_id is None or self.codex_thread_id is None:
+            raise b.BackendError("codex has no running turn to steer")
+        params = {
+            "threadId": self.codex_thread_id,
+            "expectedTurnId": self._turn_id,
+            "input": app_server_input(turn.input, self.settings.cwd),
+        }
+        try:
+            await self.request("turn/steer", params, timeout=10)
+        except ResponseError as exc:
+            raise b.BackendError(f"codex refused to steer the turn: {exc.message}") from None
+
+    async def compact(self, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        """Codex's `thread/compact/start`: a turn of Codex's own, followed to its end (its
+        `contextCompaction` item is the engine's, not shown twice)."""
+        thread_id = await self._ready(ctx)
+        self._compacting, self._turn_id = True, None
+        try:
+            await self.request("thread/compact/start", {"threadId": thread_id})
+            return await self._follow(ctx)
+        except ResponseError as exc:
+            raise b.BackendError(
+                f"codex refused to compact the thread: {exc.message}", codex_error_info="other"
+            ) from None
+        finally:
+            self._compacting = False
+
+    async def inject_items(self, items: list[Any]) -> bool:
+        """Codex's `thread/inject_items`: the items join the thread's model context as they
+        are. Refused by Codex: False (the engine sends them as a transcript instead)."""
+        if self.codex_thread_id is None or self.exited.is_set():
+            raise _exit_error(self.proc, "is not running")
+        params = {"threadId": self.codex_thread_id, "items": items}
+        try:
+            await self.request("thread/inject_items", params, timeout=10)
+        except ResponseError as exc:
+            log.warning("codex thread/inject_items refused (%s): sent as text", exc.message)
+            return False
+        return True
+
+    async def list_models(self) -> list[p.Model] | None:
+        """Codex's `model/list` (its visible models, every page); None when it fails."""
+        models: list[p.Model] = []
+        cursor = None
+        try:
+            while True:
+                page = await self.request("model/list", {"cursor": cursor}, timeout=10) or {}
+                models += codex_models(page.get("data"))
+                cursor = page.get("nextCursor")
+                if not cursor:
+                    return models
+        except (ResponseError, b.BackendError) as exc:
+            log.info("codex model/list: %s", exc)
+            return None
+
+    async def _follow(self, ctx: b.TurnContext) -> b.TurnOutcome:
+        """Follow the running turn (`_turn_id`; a compaction's comes with `turn/started`) to
+        its `turn/completed`, translating its events and answering Codex's requests."""
         in_flight_commands: set[str] = set()
         self._not_running = set()
         self._stopped = {}
@@ -325,6 +456,8 @@ class CodexAppServerSession(LiveCliSession):
                     params = _params(msg)
                     if params.get("threadId") not in (None, self.codex_thread_id):
                         continue
+                    if method == "turn/started" and self._turn_id is None:
+                        self._turn_id = str((params.get("turn") or {}).get("id") or "") or None
                     if params.get("turnId") not in (None, self._turn_id) and method != "error":
                         continue
                     if method == "turn/completed":
@@ -422,7 +555,9 @@ class CodexAppServerSession(LiveCliSession):
                     )
                     return
                 if isinstance(item, p.UserMessageItem):
-                    return  # the engine reports the turn's input itself
+                    return  # the engine reports the turn's input (and steered input) itself
+                if isinstance(item, p.ContextCompactionItem) and self._compacting:
+                    return  # the engine reports the compaction it asked for
                 if isinstance(item, p.CommandExecutionItem):
                     (in_flight.add if method == "item/started" else in_flight.discard)(item.id)
                 if isinstance(item, p.McpToolCallItem):

@@ -21,10 +21,12 @@ the sandbox or approval policy (we send them again).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
+from ... import protocol as p
 from .. import base as b
+from ..kit.session_files import codex_rollouts
 from ..kit.spawn import running
 from .app_server import CodexAppServerSession
 from .exec import CodexExecSession
@@ -39,6 +41,8 @@ log = logging.getLogger("threadline.backend.codex")
 class CodexBackend(b.Backend):
     def __init__(self) -> None:
         super().__init__(SPEC)
+        #: The app-servers running for this server's threads (`list_models` asks one).
+        self._live: list[CodexAppServerSession] = []
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
@@ -48,7 +52,25 @@ class CodexBackend(b.Backend):
             return
         session = CodexAppServerSession(settings, codex)
         async with running(session.run_process, session.close):
-            yield session
+            self._live.append(session)
+            try:
+                yield session
+            finally:
+                self._live.remove(session)
+
+    def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
+        """Codex's rollout files of the thread (`$CODEX_HOME/sessions/…`, archived ones too)."""
+        return codex_rollouts(env, session_id)
+
+    async def list_models(self) -> list[p.Model]:
+        """Codex's own `model/list`, from an app-server running for one of the threads; the
+        spec's models while none runs (starting one only to ask would cost ~0.2-0.5 s)."""
+        for session in list(self._live):
+            if session.healthy and not session.exited.is_set():
+                models = await session.list_models()
+                if models:
+                    return models
+        return self.models()
 
 
 def create() -> CodexBackend:

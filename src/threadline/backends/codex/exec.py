@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from typing import Any, Literal
 
 import msgspec
+import trio
 
 from ... import protocol as p
 from .. import base as b
@@ -14,8 +17,10 @@ from ..kit.mcp import is_dynamic
 from ..kit.per_turn import PerTurnCliSession
 from ..kit.usage import UsageFields, read_usage
 from .api import STATUS_TEXT, api_failure, provider_url, retry_status
+from .inputs import exec_images, exec_prompt
 from .invocation import _COMMON_FLAGS, CodexCommand, _config_flags, _exit_error
 from .mcp import mcp_config, start_failures, with_error
+from .overrides import exec_setting_flags
 
 _EXEC_STATUS: dict[str, Literal["inProgress", "completed", "failed", "declined"]] = {
     "in_progress": "inProgress",
@@ -151,6 +156,11 @@ class CodexExecSession(PerTurnCliSession):
         # without it (`_run`).
         self.mcp = mcp_config(settings, required=True)
         self._failed_servers: frozenset[str] = frozenset()
+        #: The running turn's image files and output schema file (`argv`).
+        self._images: list[str] = []
+        self._schema_file: str | None = None
+        #: The reasoning summary changed since the session was made (`argv` forks it).
+        self._summary_changed = False
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -165,18 +175,25 @@ class CodexExecSession(PerTurnCliSession):
             *_config_flags(s),
             *self.mcp.flags(),
         ]
-        if s.model and s.model != "default":
-            argv += ["--model", s.model]
         if s.developer_instructions:
             argv += ["-c", f"developer_instructions={json.dumps(s.developer_instructions)}"]
         if s.base_instructions:
             argv += ["-c", f"instructions={json.dumps(s.base_instructions)}"]
-        if s.approval_policy == "never":
-            argv.append("--dangerously-bypass-approvals-and-sandbox")
-        else:
-            argv += ["-s", s.sandbox or "read-only"]
-        if s.backend_session_id:
+        argv += exec_setting_flags(s)
+        # This turn's images and output schema (`--image=FILE`: `-i` takes several values).
+        argv += [f"--image={path}" for path in self._images]
+        if self._schema_file is not None:
+            argv += ["--output-schema", self._schema_file]
+        if s.backend_session_id and self._summary_changed:
+            # `exec resume` keeps the session's reasoning summary whatever `-c` says (0.169.0);
+            # a fork of the session takes the new one, with the whole history.
+            argv += ["fork", s.backend_session_id]
+        elif s.backend_session_id:
             argv += ["resume", s.backend_session_id]
+        elif s.fork_of:
+            # A forked thread's first turn: a new session with the source's history (the
+            # source's own session untouched); `thread.started` reports its id.
+            argv += ["fork", s.fork_of]
         argv.append("-")  # the prompt comes from stdin (never argv: it may start with "-")
         return argv
 
@@ -187,10 +204,26 @@ class CodexExecSession(PerTurnCliSession):
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()  # role goes in as developer_instructions
         prefix = f"{turn.turn_id[-12:]}-"
-        while True:
-            outcome = await self._run(turn, prefix, ctx)
-            if outcome is not None:
-                return outcome
+        with tempfile.TemporaryDirectory(prefix="threadline-codex-") as scratch:
+            self._images = await exec_images(turn.input, self.settings.cwd, scratch)
+            if turn.output_schema is not None:
+                self._schema_file = os.path.join(scratch, "output-schema.json")
+                await trio.Path(self._schema_file).write_bytes(
+                    msgspec.json.encode(turn.output_schema)
+                )
+            try:
+                while True:
+                    outcome = await self._run(turn, prefix, ctx)
+                    if outcome is not None:
+                        return outcome
+            finally:
+                self._images, self._schema_file = [], None
+
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        """Every spawn reads the thread's settings; a new reasoning summary needs the
+        session forked (see `argv`)."""
+        self._summary_changed |= "summary" in changed
+        return frozenset()
 
     async def _run(
         self, turn: b.TurnInput, prefix: str, ctx: b.TurnContext
@@ -200,7 +233,7 @@ class CodexExecSession(PerTurnCliSession):
         self.last_error = None
         self._watch = ConnectionWatch()
         events = 0
-        async with self.turn_process(turn.text) as proc:
+        async with self.turn_process(exec_prompt(turn)) as proc:
             while (event := await proc.read_json_object()) is not None:
                 events += 1
                 outcome = await self.handle_event(event, prefix, ctx)
@@ -227,6 +260,8 @@ class CodexExecSession(PerTurnCliSession):
         (Separate from the process loop so recorded transcripts can be replayed through it.)"""
         etype = event.get("type")
         if etype == "thread.started" and isinstance(event.get("thread_id"), str):
+            if event["thread_id"] != self.settings.backend_session_id:
+                self._summary_changed = False  # a new session: it has the thread's summary
             self.settings.backend_session_id = event["thread_id"]
             await ctx.set_backend_session_id(event["thread_id"])
         elif etype in ("item.started", "item.updated", "item.completed"):

@@ -16,6 +16,7 @@ SPEC = BackendSpec(
             "bootstrap text block prepended to the first prompt",
             # (ACP `image` blocks: its initialize offers promptCapabilities.image.)
             images=True,
+            image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
             # model: session/set_model; approvalPolicy: session/set_mode default|yolo. No
             # effort option, no session/fork, no compaction command over ACP (0.61.0).
             overrides={"model": "native"},
@@ -28,6 +29,7 @@ SPEC = BackendSpec(
             interrupt=False,
             reasoning=False,
             images=True,  # `@<path>` in the prompt (a data: URL image through a temporary file)
+            image_urls=False,  # (files only: no http(s) URL)
             overrides={"model": "native"},  # `-m` at the next spawn
         ),
     },

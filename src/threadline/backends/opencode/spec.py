@@ -17,6 +17,7 @@ SPEC = BackendSpec(
             # (ACP `image` blocks; the model must take images: its `modalities` in OpenCode's
             # config, else OpenCode tells the model it cannot read them.)
             images=True,
+            image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
             # model and effort: the session's `model` and `effort` config options (effort when
             # the model has variants); approvalPolicy: OPENCODE_PERMISSION of a new agent.
             overrides={"model": "native", "effort": "native", "approvalPolicy": "restart"},
@@ -31,6 +32,7 @@ SPEC = BackendSpec(
             interrupt=False,
             deltas=False,
             images=True,  # `--file` (a data: URL image through a temporary file)
+            image_urls=False,  # (files only: no http(s) URL)
             # model `--model`, effort `--variant` (OpenCode ignores a variant the model lacks).
             overrides={"model": "native", "effort": "native"},
             fork=True,  # `--session <source> --fork` on the fork's first turn

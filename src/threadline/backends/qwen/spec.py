@@ -17,6 +17,7 @@ SPEC = BackendSpec(
             # (ACP `image` blocks; the model must take images: qwen's
             # model.generationConfig.modalities, else it sends a text placeholder.)
             images=True,
+            image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
             # model: session/set_model when qwen lists it, else a new `qwen --acp --model`
             # (restart); approvalPolicy: session/set_mode default|yolo.
             overrides={"model": "restart"},

@@ -14,16 +14,14 @@ from ..images import Image, image_count, resolve_images
 __all__ = ["input_blocks"]
 
 
-def _image_block(image: Image) -> dict[str, Any]:
-    if image.data is not None:
-        block: dict[str, Any] = {"type": "image", "mimeType": image.mime, "data": image.data}
-        if image.path:
-            block["uri"] = Path(image.path).as_uri()
-        return block
-    # An ACP image block carries the data: an http(s) image goes as a link the agent may
-    # fetch (threadline itself contacts no one).
-    url = image.url or ""
-    return {"type": "resource_link", "uri": url, "name": url.rstrip("/").rsplit("/", 1)[-1] or url}
+def _image_block(image: Image) -> dict[str, Any] | None:
+    """An ACP image block (it carries the data: an http(s) image has none, `image_urls`)."""
+    if image.data is None:
+        return None
+    block: dict[str, Any] = {"type": "image", "mimeType": image.mime, "data": image.data}
+    if image.path:
+        block["uri"] = Path(image.path).as_uri()
+    return block
 
 
 def _mention_block(item: MentionInput, cwd: str) -> dict[str, Any]:
@@ -41,7 +39,12 @@ async def input_blocks(
     count = image_count(inputs)
     if count and images:
         try:
-            blocks += [_image_block(i) for i in await resolve_images(inputs, cwd)]
+            for image in await resolve_images(inputs, cwd):
+                block = _image_block(image)
+                if block is None:
+                    warnings.append(f"image {image.url} left out: an ACP image carries its data")
+                else:
+                    blocks.append(block)
         except OSError as exc:
             warnings.append(f"image left out of the prompt: {exc}")
     elif count:
