@@ -14,7 +14,8 @@ the fake model server: what the model API receives is what is asserted.
   not the fork's turn; on gemini and qwen a clear error;
 - `thread/compact/start`: opencode's and qwen's compaction request reaches the model;
 - `thread/inject_items`: the injected text reaches the model once;
-- `model/list`: the agent's own models.
+- `model/list`: the agent's own models;
+- `thread/delete` with `deleteBackendSession`: gemini's and qwen's session files go.
 """
 
 from __future__ import annotations
@@ -180,6 +181,12 @@ async def test_gemini_acp_control(nursery: trio.Nursery, gemini_env: GeminiEnv) 
         assert "gemini" in error["message"].lower(), error
         error = await srv.error("thread/compact/start", {"threadId": tid})
         assert "gemini" in error["message"].lower(), error
+
+        # thread/delete with deleteBackendSession: Gemini's session files go too
+        sid = env.thread_record(tid)["backend_session_id"]
+        assert env.session_files(sid)
+        await srv.call("thread/delete", {"threadId": tid, "deleteBackendSession": True})
+        assert env.session_files(sid) == []
 
 
 async def test_gemini_headless_images_and_mentions(
@@ -404,3 +411,9 @@ async def test_qwen_acp_control(nursery: trio.Nursery, qwen_env: QwenEnv) -> Non
 
         error = await srv.error("thread/fork", {"threadId": tid})
         assert "qwen" in error["message"].lower(), error
+
+        # thread/delete with deleteBackendSession: qwen's record of the session goes too
+        sid = env.thread_record(tid)["backend_session_id"]
+        assert env.session_files(sid)
+        await srv.call("thread/delete", {"threadId": tid, "deleteBackendSession": True})
+        assert env.session_files(sid) == []
