@@ -398,10 +398,13 @@ async def test_qwen_acp_control(nursery: trio.Nursery, qwen_env: QwenEnv) -> Non
         roles = [m.get("role") for m in last.messages[-2:]]
         assert roles == ["tool", "user"] and "BANANAS please" in last.user_texts[-1], roles
 
-        # a model qwen's settings do not list: a new `qwen --acp --model`, history kept
-        t, _ = await run(srv, tid, "on the small model", model=oc.SMALL_MODEL)
-        assert t["status"] == "completed", t
-        assert env.fake.model_requests[-1].model == oc.SMALL_MODEL
+        # a model qwen's settings do not list: a new `qwen --acp --model`, history kept; an
+        # effort: qwen's /effort command (no model call, not in the conversation)
+        t, events = await run(srv, tid, "on the small model", model=oc.SMALL_MODEL, effort="high")
+        assert t["status"] == "completed" and warnings(events) == [], (t, warnings(events))
+        last = env.fake.model_requests[-1]
+        assert (last.model, last.body.get("reasoning")) == (oc.SMALL_MODEL, {"effort": "high"})
+        assert not any("/effort" in u for u in last.user_texts), last.user_texts
         assert any("take your time" in u for u in env.fake.user_texts(-1))
         assert qwen_pids(srv) != [pid]
 

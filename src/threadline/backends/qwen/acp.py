@@ -57,6 +57,8 @@ from .steer import DRAIN_METHOD, SteerQueue
 
 __all__ = ["QwenAcpSession", "acp_stderr_line", "split_mcp_tool"]
 
+#: What qwen's `/effort` takes of Codex's efforts (it also has `max`; none/minimal it has not).
+_EFFORTS = ("low", "medium", "high", "xhigh")
 _MCP_FAILED = re.compile(r"MCP server\(s\) failed to start: (.*?)\. ")
 #: MCP servers a `qwen --acp` reported as not started (see the module docstring).
 _UNAVAILABLE: weakref.WeakKeyDictionary[AcpHost, set[str]] = weakref.WeakKeyDictionary()
@@ -99,6 +101,25 @@ class QwenAcpSession(AcpSession):
 
     def approval_mode(self, policy: b.ApprovalPolicy) -> str | None:
         return "yolo" if policy == "never" else "default"
+
+    async def _apply_effort(self, opening: bool) -> None:
+        """qwen's `/effort <tier>` command (no model call; the next requests carry
+        `reasoning.effort`), sent as a prompt of its own before the turn."""
+        effort = self.settings.effort
+        if not effort:
+            return  # (qwen has no command back to "unset")
+        if effort not in _EFFORTS:
+            self.notes.append(
+                f"qwen's efforts are {', '.join(_EFFORTS)}; {effort!r} is not applied"
+            )
+            return
+        prompt = [{"type": "text", "text": f"/effort {effort}"}]
+        try:
+            await self.host.request(
+                "session/prompt", {"sessionId": self.session_id, "prompt": prompt}, 30
+            )
+        except AcpError as exc:
+            self.notes.append(f"qwen did not set effort {effort!r}: {exc.message}")
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self._preparing.clear()

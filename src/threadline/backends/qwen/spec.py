@@ -20,7 +20,8 @@ SPEC = BackendSpec(
             image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
             # model: session/set_model when qwen lists it, else a new `qwen --acp --model`
             # (restart); approvalPolicy: session/set_mode default|yolo.
-            overrides={"model": "restart"},
+            # effort: qwen's `/effort <tier>` command before the turn (low|medium|high|xhigh).
+            overrides={"model": "restart", "effort": "native"},
             # `/compress`; input added mid-turn goes in at qwen's next tool round
             # (craft/drainMidTurnQueue) or as a follow-up prompt of the same turn.
             compact=True,
