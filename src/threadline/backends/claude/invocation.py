@@ -1,9 +1,7 @@
-"""How claude is run and what its exits mean: argv, environment, the user message, usage totals,
-turn endings."""
+"""How claude is run and what its exits mean: argv, environment, usage totals, turn endings."""
 
 from __future__ import annotations
 
-import json
 import signal
 import uuid
 from typing import Any
@@ -13,8 +11,9 @@ from .. import base as b
 from ..kit.usage import UsageTotals
 from .mapping import ClaudeTurnMapper, TurnResult, api_url
 from .mcp import failed_servers, mcp_config, server_rules
+from .spec import EFFORTS
 
-__all__ = ["ClaudeSession"]
+__all__ = ["ClaudeSession", "effort_level"]
 
 _DECLINE_MESSAGE = "The user declined this tool use."
 
@@ -27,6 +26,8 @@ def _base_argv(
     argv = [binary, "--output-format", "stream-json", "--verbose", "--include-partial-messages"]
     if settings.model and settings.model != "default":
         argv += ["--model", settings.model]
+    if effort := effort_level(settings.effort):
+        argv += ["--effort", effort]
     argv += ["--max-turns", str(settings.max_turns)]
     config, _ = mcp_config(settings.mcp_servers)
     if config is not None:
@@ -46,20 +47,29 @@ def _base_argv(
     return argv
 
 
+def effort_level(effort: str | None) -> str | None:
+    """Codex's reasoning effort as claude's (`none` and `minimal` are its lowest, `low`);
+    None for the CLI's default."""
+    if effort in ("none", "minimal"):
+        return "low"
+    return effort if effort in EFFORTS else None
+
+
 def _session_flag(
     settings: b.SessionSettings, unsaved: set[str] | None = None
 ) -> tuple[list[str], str | None]:
     """`--resume=<id>` for a session that already has a transcript, else a fresh
     `--session-id=<uuid>` (equals form: an id can never be taken for a flag). A session id in
     `unsaved` was recorded, but the CLI never saved its transcript: it starts afresh under
-    the same id."""
+    the same id. A fork (`fork_of`) resumes its source as a new session under an id chosen
+    here (`--fork-session`), leaving the source's own transcript as it was."""
     sid = settings.backend_session_id
-    if sid and sid in (unsaved or ()):
-        return [f"--session-id={sid}"], None
-    if sid:
+    if sid and sid not in (unsaved or ()):
         return [f"--resume={sid}"], sid
-    fresh = str(uuid.uuid4())
-    return [f"--session-id={fresh}"], None
+    new = sid or str(uuid.uuid4())
+    if settings.fork_of:
+        return [f"--resume={settings.fork_of}", "--fork-session", f"--session-id={new}"], None
+    return [f"--session-id={new}"], None
 
 
 _NO_CONVERSATION = "No conversation found with session ID"
@@ -85,19 +95,6 @@ def _env(settings: b.SessionSettings) -> dict[str, str]:
     _, variables = mcp_config(settings.mcp_servers)
     env.update(variables)  # what the `--mcp-config` refers to (values stay out of argv)
     return env
-
-
-def _user_message(turn: b.TurnInput) -> bytes:
-    blocks: list[dict[str, Any]] = []
-    if turn.bootstrap:
-        blocks.append({"type": "text", "text": turn.bootstrap})
-    blocks.append({"type": "text", "text": turn.text})
-    message = {
-        "type": "user",
-        "message": {"role": "user", "content": blocks},
-        "parent_tool_use_id": None,
-    }
-    return json.dumps(message).encode() + b"\n"
 
 
 def _failure_from_exit(proc: GroupProcess, what: str) -> b.BackendError:
@@ -146,11 +143,16 @@ class ClaudeSession(b.BackendSession):
         #: MCP servers already reported as failed to start (`system/init` repeats per turn).
         self._failed_servers: set[str] = set()
 
-    def mapper(self) -> ClaudeTurnMapper:
-        """A turn's mapper."""
+    def mapper(self, *, structured: bool = False, compacting: bool = False) -> ClaudeTurnMapper:
+        """A turn's mapper (`structured`: the turn has an output schema; `compacting`: the
+        turn is a `/compact`)."""
         names = tuple(s.name for s in self.settings.mcp_servers)
         return ClaudeTurnMapper(
-            cwd=self.settings.cwd, url=api_url(self.settings.env), mcp_servers=names
+            cwd=self.settings.cwd,
+            url=api_url(self.settings.env),
+            mcp_servers=names,
+            structured=structured,
+            compacting=compacting,
         )
 
     def new_failures(self, message: dict[str, Any]) -> list[str]:

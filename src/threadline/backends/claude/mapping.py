@@ -19,6 +19,7 @@ events to emit. Facts behind the mapping (measured on claude 2.1.197):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from .spec import SPEC
 
 __all__ = [
     "EDIT_TOOLS",
+    "STRUCTURED_OUTPUT",
     "ClaudeTurnMapper",
     "TurnResult",
     "api_url",
@@ -50,6 +52,8 @@ __all__ = [
 ]
 
 EDIT_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+#: The tool a `--json-schema` turn answers with: its input is the turn's final message.
+STRUCTURED_OUTPUT = "StructuredOutput"
 #: `tool_use_result` of a tool the CLI stopped because of an interrupt (claude 2.1.197).
 _CUT_OFF = "User rejected tool use"
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (\d+)")
@@ -219,6 +223,10 @@ class ClaudeTurnMapper:
     mcp_servers: tuple[str, ...] = ()
     #: Calls of the client's own tools (`kit.mcp.is_dynamic`): the tool host reports them.
     _dynamic_calls: set[str] = field(default_factory=set)
+    #: The turn has an output schema: its `StructuredOutput` call is the final message.
+    structured: bool = False
+    #: A turn that compacts the conversation: the engine shows the compaction item itself.
+    compacting: bool = False
 
     def is_dynamic_tool(self, name: str) -> bool:
         """Whether `name` is a tool of threadline's server of the client's tools."""
@@ -354,6 +362,10 @@ class ClaudeTurnMapper:
         if self.is_dynamic_tool(name):
             self._dynamic_calls.add(tool_id)  # no item of ours: the tool host shows it
             return []
+        if name == STRUCTURED_OUTPUT and self.structured:
+            self._dynamic_calls.add(tool_id)  # (its tool_result is claude's own receipt)
+            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+            return [b.ItemCompleted(p.AgentMessageItem(id=tool_id, text=text))]
         item = self.item_for_tool(tool_id, name, args)
         self.tools[tool_id] = item
         return [b.ItemStarted(item)]
@@ -485,7 +497,7 @@ class ClaudeTurnMapper:
                     )
                 )
             ]
-        if sub == "compact_boundary":
+        if sub == "compact_boundary" and not self.compacting:
             from ...protocol import ContextCompactionItem
 
             item = ContextCompactionItem(id=str(msg.get("uuid") or "compaction"))

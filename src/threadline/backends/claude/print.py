@@ -1,12 +1,17 @@
-"""Claude Code's print mode: `claude -p --output-format stream-json` spawned per turn."""
+"""Claude Code's print mode: `claude -p --output-format stream-json` spawned per turn, the turn's
+user message written to its stdin as one stream-json message (images included)."""
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from .. import base as b
-from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
+from ..kit.per_turn import PerTurnCliSession
+from .content import COMPACT, user_line, user_message
 from .invocation import ClaudeSession, _env, _failure_from_exit, _finish_turn
+from .mapping import ClaudeTurnMapper
 from .mcp import failure_message, server_rules
 
 __all__ = ["ClaudePrintSession"]
@@ -14,24 +19,45 @@ __all__ = ["ClaudePrintSession"]
 
 class ClaudePrintSession(ClaudeSession, PerTurnCliSession):
     process_name = "claude -p"
+    #: The running turn's output schema (`--json-schema`), or None.
+    _schema: Any = None
 
     def argv(self) -> list[str]:
+        mode = ["-p", "--input-format", "stream-json"]
+        if self._schema is not None:
+            mode += ["--json-schema", json.dumps(self._schema)]
         if self.settings.approval_policy != "never":
-            return self.claude_argv("-p")
+            return self.claude_argv(*mode)
         flags, allowed = _unattended_flags()
         # A process per turn: the policy of this turn decides (the stream mode's CLI outlives
         # a policy change, so there the approval router decides for every call).
         allowed += server_rules(self.settings.mcp_servers, all_servers=True)
-        return self.claude_argv("-p", *flags, allowed=allowed)
+        return self.claude_argv(*mode, *flags, allowed=allowed)
 
     def process_env(self) -> dict[str, str]:
         return _env(self.settings)
 
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        return frozenset()  # the next spawn reads the settings
+
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        mapper = self.mapper()
+        content = await user_message(turn, self.settings.cwd)
         if turn.bootstrap:
             await ctx.mark_role_bootstrap_applied()
-        async with self.turn_process(prompt_with_bootstrap(turn)) as proc:
+        self._schema = turn.output_schema
+        try:
+            mapper = self.mapper(structured=turn.output_schema is not None)
+            return await self._run(user_line(content), mapper, ctx)
+        finally:
+            self._schema = None
+
+    async def compact(self, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        return await self._run(user_line(COMPACT), self.mapper(compacting=True), ctx)
+
+    async def _run(
+        self, line: bytes, mapper: ClaudeTurnMapper, ctx: b.TurnContext
+    ) -> b.TurnOutcome | None:
+        async with self.turn_process(line.decode()) as proc:
             while (message := await proc.read_json_object()) is not None:
                 await self.note_init(message, ctx)
                 for name in self.new_failures(message):
