@@ -15,14 +15,18 @@ the fake model server: what the model API receives is what is asserted.
 - `thread/compact/start`: opencode's and qwen's compaction request reaches the model;
 - `thread/inject_items`: the injected text reaches the model once;
 - `model/list`: the agent's own models;
-- `thread/delete` with `deleteBackendSession`: gemini's and qwen's session files go.
+- `thread/delete` with `deleteBackendSession`: gemini's and qwen's session files go, and the
+  session leaves OpenCode's database.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -231,6 +235,13 @@ def with_model_extras(env: OpenCodeEnv) -> None:
     env.cli_env["OPENCODE_CONFIG_CONTENT"] = json.dumps(config)
 
 
+def opencode_sessions(env: OpenCodeEnv) -> set[str]:
+    """The session ids in OpenCode's database (its `session` table)."""
+    db = Path(env.cli_env["XDG_DATA_HOME"]) / "opencode" / "opencode.db"
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return {row[0] for row in conn.execute("SELECT id FROM session")}
+
+
 def image_urls(request: oc.RecordedRequest) -> list[str]:
     return [
         str(part["image_url"]["url"])
@@ -346,6 +357,12 @@ async def test_opencode_run_control(nursery: trio.Nursery, opencode_env: OpenCod
         # the model and effort stayed, on the source and on its fork (settings copied)
         sent = [(r.model, r.body.get("reasoning_effort")) for r in env.fake.model_requests[-2:]]
         assert sent == [("fake-small", "high")] * 2, sent
+
+        # thread/delete with deleteBackendSession: the session leaves OpenCode's database
+        sid = env.thread_record(tid)["backend_session_id"]
+        assert opencode_sessions(env) >= {sid}
+        await srv.call("thread/delete", {"threadId": tid, "deleteBackendSession": True})
+        assert sid not in opencode_sessions(env)
 
 
 # -- qwen ------------------------------------------------------------------------------------------
