@@ -1,8 +1,8 @@
 """A turn's images, mentions and skills for `gemini -p`: files as `@<path>` references in the
 prompt, Gemini's own syntax (it reads them; an image reaches the model as `inlineData`,
-measured on 0.61.0), with `--include-directories` for a file outside the working directory;
-an image given as a data: URL through a private temporary file; a skill named in the
-prompt."""
+measured on 0.61.0); a file outside the working directory, and an image given as a data:
+URL, through a copy in a private temporary directory added with `--include-directories`; a
+skill named in the prompt."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ __all__ = ["Attachments", "attachments"]
 class Attachments:
     #: Paths to reference with `@`, in order.
     files: list[str] = field(default_factory=list)
-    #: Directories outside the working directory they are in (`--include-directories`).
+    #: The private directory of copies, when there are any (`--include-directories`).
     directories: list[str] = field(default_factory=list)
     #: Text to add to the prompt (skills).
     notes: list[str] = field(default_factory=list)
@@ -40,45 +40,77 @@ class Attachments:
         return "\n\n".join(part for part in (text, refs, *self.notes) if part)
 
 
-def _write(directory: str, index: int, mime: str | None, data: str) -> str:
-    suffix = mimetypes.guess_extension(mime or "") or ".png"
-    path = os.path.join(directory, f"image-{index}{suffix}")
-    with open(path, "wb") as out:
-        out.write(base64.b64decode(data))
-    return path
+class _Scratch:
+    """A private temporary directory for the turn's files that are not in the working
+    directory: only it is added to Gemini's workspace (never the folder a file came from)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+
+    def file(self, name: str) -> str:
+        self.path = self.path or tempfile.mkdtemp(prefix="threadline-gemini-")
+        return os.path.join(self.path, name)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _add(found: Attachments, path: str, cwd: str) -> None:
+def _inside(path: str, cwd: str) -> bool:
+    real = os.path.realpath(cwd)
+    return os.path.commonpath([os.path.realpath(path), real]) == real
+
+
+def _write(target: str, data: bytes) -> str:
+    with open(target, "wb") as out:
+        out.write(data)
+    return target
+
+
+def _copied(found: Attachments, scratch: _Scratch, path: str) -> None:
+    """Reference `path`, a file in `scratch`."""
     found.files.append(path)
-    folder = os.path.dirname(path)
-    inside = os.path.commonpath([os.path.realpath(folder), os.path.realpath(cwd)])
-    if inside != os.path.realpath(cwd) and folder not in found.directories:
-        found.directories.append(folder)
+    if scratch.path is not None and scratch.path not in found.directories:
+        found.directories.append(scratch.path)
+
+
+async def _reference(found: Attachments, scratch: _Scratch, path: str, cwd: str) -> None:
+    """Reference `path`, through a copy in `scratch` when it is outside `cwd` (OSError when
+    it cannot be read: Gemini would fail the turn on a bad `@` reference)."""
+    await trio.Path(path).stat()
+    if _inside(path, cwd):
+        found.files.append(path)
+        return
+    target = scratch.file(f"{len(found.files)}-{os.path.basename(path)}")
+    _copied(found, scratch, await trio.to_thread.run_sync(shutil.copyfile, path, target))
 
 
 @asynccontextmanager
 async def attachments(inputs: list[UserInput], cwd: str) -> AsyncIterator[Attachments]:
     """The turn's attachments; the temporary files are removed on exit."""
     found = Attachments()
-    scratch: str | None = None
+    scratch = _Scratch()
     try:
         for index, image in enumerate(await resolve_images(inputs, cwd)):
             if image.path:
-                _add(found, image.path, cwd)
+                await _reference(found, scratch, image.path, cwd)
             elif image.data is not None:
-                scratch = scratch or tempfile.mkdtemp(prefix="threadline-gemini-")
-                path = await trio.to_thread.run_sync(_write, scratch, index, image.mime, image.data)
-                _add(found, path, cwd)
+                suffix = mimetypes.guess_extension(image.mime or "") or ".png"
+                target = scratch.file(f"image-{index}{suffix}")
+                data = base64.b64decode(image.data)
+                _copied(found, scratch, await trio.to_thread.run_sync(_write, target, data))
             else:
                 found.warnings.append(
                     f"gemini -p takes image files only: {image.url} is left out of the prompt"
                 )
         for item in inputs:
             if isinstance(item, MentionInput):
-                _add(found, os.path.join(cwd, item.path), cwd)  # (an absolute path stays)
+                try:  # (an absolute path stays)
+                    await _reference(found, scratch, os.path.join(cwd, item.path), cwd)
+                except OSError as exc:
+                    found.warnings.append(f"mention {item.path} left out: {exc.strerror or exc}")
             elif isinstance(item, SkillInput):
                 found.notes.append(f"Use the skill `{item.name}` ({item.path}).")
         yield found
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        scratch.remove()
