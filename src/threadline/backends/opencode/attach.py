@@ -59,9 +59,13 @@ async def attachments(inputs: list[UserInput], cwd: str) -> AsyncIterator[Attach
                 )
         for item in inputs:
             if isinstance(item, MentionInput):
-                found.files.append(
-                    item.path if os.path.isabs(item.path) else os.path.join(cwd, item.path)
-                )
+                path = os.path.join(cwd, item.path)  # (an absolute path stays)
+                try:
+                    await trio.Path(path).stat()  # (opencode run fails on a missing --file)
+                except OSError as exc:
+                    found.warnings.append(f"mention {item.path} left out: {exc.strerror or exc}")
+                    continue
+                found.files.append(path)
             elif isinstance(item, SkillInput):
                 found.notes.append(f"Use the skill `{item.name}` ({item.path}).")
         yield found
