@@ -64,8 +64,15 @@ def qwen_settings() -> dict[str, Any]:
         # No PTY: the shell's output comes in the ACP tool updates.
         "tools": {"shell": {"enableInteractiveShell": off}},
         # One HTTP request per attempt of qwen's (the OpenAI client's own retries off); a
-        # context window that takes the fault matrix's 1 MB prompt (the fake has no limit).
-        "model": {"generationConfig": {"maxRetries": 0, "contextWindowSize": 2_000_000}},
+        # context window that takes the fault matrix's 1 MB prompt (the fake has no limit);
+        # image input (qwen guesses it from the model's name, and the fake's says nothing).
+        "model": {
+            "generationConfig": {
+                "maxRetries": 0,
+                "contextWindowSize": 2_000_000,
+                "modalities": {"image": True},
+            }
+        },
     }
 
 

@@ -68,6 +68,9 @@ class ReplayHost:
         self.load_tail = load_tail
         self.tail_gap = tail_gap
         self.session: GeminiAcpSession | None = None
+        # (AcpHost's: the agent's initialize answer and its first session's offer)
+        self.init_result: dict[str, Any] = {}
+        self.defaults: Any = None
 
     def failure(self, what: str) -> b.BackendError:
         return b.BackendError(f"replayed agent {what}")

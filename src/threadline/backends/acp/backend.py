@@ -14,8 +14,11 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from ...protocol import Model
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, open_acp_session
+from ..kit.acp.backend import offered_models
+from ..kit.acp.offer import SessionOffer
 from .command import agent_command, agent_env, env_key
 from .session import GenericAcpSession
 from .spec import SPEC
@@ -30,6 +33,7 @@ class AcpBackend(b.Backend):
         super().__init__(SPEC)
         self._nursery: trio.Nursery | None = None
         self._pools: dict[str, AcpPool] = {}  # by command, named after it in messages
+        self._offered: SessionOffer | None = None
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -54,6 +58,14 @@ class AcpBackend(b.Backend):
         if settings.model and settings.model != "default":
             ignored.append("model (BACKEND_MODEL): put the agent's own model flag in its command")
         return ignored
+
+    async def list_models(self) -> list[Model]:
+        """The models the last agent that ran listed, else the spec's ("the agent's own")."""
+        offers = [pool.defaults for pool in self._pools.values() if pool.defaults]
+        self._offered = offers[-1] if offers else self._offered
+        if self._offered is None or not self._offered.models:
+            return self.models()
+        return offered_models(self.spec, self._offered)
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:

@@ -17,6 +17,10 @@ _MODE = mode_capabilities(
     " when the agent offers them",
     "bootstrap text block prepended to the first prompt",
     images=True,
+    image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
+    # The model is the agent's own (its command chooses it); approvals go through
+    # session/request_permission whatever the policy.
+    overrides={"model": "unsupported"},
 )
 
 SPEC = BackendSpec(

@@ -108,9 +108,6 @@ class GeminiAcpSession(AcpSession):
         error = await watch_api(target, watch, quiet_since)
         self.give_up(unreachable(SPEC, url, _CHECK, error, after=watch.elapsed()))
 
-    async def configure(self) -> None:
-        if self.settings.approval_policy == "never":
-            # No approvals wanted: let Gemini run tools without asking.
-            await self.host.request(
-                "session/set_mode", {"sessionId": self.session_id, "modeId": "yolo"}, timeout=30
-            )
+    def approval_mode(self, policy: b.ApprovalPolicy) -> str | None:
+        # `never`: Gemini runs tools without asking; otherwise it asks (mode `default`).
+        return "yolo" if policy == "never" else "default"

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import uuid
 import weakref
+from collections.abc import Mapping
 from functools import partial
 
 from .. import base as b
@@ -31,6 +32,7 @@ from .acp import GeminiAcpSession, _wait_out_session_minute
 from .headless import GeminiHeadlessSession
 from .invocation import _env, _model_flags
 from .mcp import DEBUG_LOG
+from .sessions import session_files
 from .spec import SPEC
 
 __all__ = ["GeminiBackend"]
@@ -52,6 +54,9 @@ class GeminiBackend(PooledAcpBackend):
             self._logs = tempfile.mkdtemp(prefix="threadline-gemini-acp-")
             weakref.finalize(self, shutil.rmtree, self._logs, ignore_errors=True)
         return os.path.join(self._logs, f"{uuid.uuid4().hex}.log")
+
+    def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
+        return session_files(env, session_id)
 
     def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
         return GeminiHeadlessSession(settings, binary)

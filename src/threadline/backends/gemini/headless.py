@@ -18,6 +18,7 @@ from ..kit.diff import file_diff
 from ..kit.mcp import is_dynamic, mcp_item
 from ..kit.per_turn import PerTurnCliSession, prompt_with_bootstrap
 from ..kit.usage import UsageFields, UsageTotals, read_usage
+from .attach import attachments
 from .invocation import (
     _ATTEMPT_FAILED,
     _CHECK,
@@ -45,6 +46,7 @@ class GeminiHeadlessSession(PerTurnCliSession):
         self.session_id = settings.backend_session_id or str(uuid.uuid4())
         self._tried = False
         self._usage = UsageTotals()
+        self._directories: list[str] = []  # this turn's `--include-directories`
 
     def argv(self) -> list[str]:
         s = self.settings
@@ -55,6 +57,8 @@ class GeminiHeadlessSession(PerTurnCliSession):
         argv += (
             ["--resume", self.session_id] if self._started else ["--session-id", self.session_id]
         )
+        for directory in self._directories:
+            argv += ["--include-directories", directory]  # (the turn's files outside the cwd)
         # The prompt is read from stdin (prepended to -p's text): never in argv.
         argv += ["-p", ""]
         return argv
@@ -63,6 +67,19 @@ class GeminiHeadlessSession(PerTurnCliSession):
         return _env(self.settings)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        async with attachments(turn.input, self.settings.cwd) as attached:
+            for warning in attached.warnings:
+                await ctx.emit(b.Warning(warning))
+            text = attached.prompt(turn.text)
+            self._directories = attached.directories
+            try:
+                return await self._run(
+                    b.TurnInput(turn.turn_id, turn.input, text, turn.bootstrap), ctx
+                )
+            finally:
+                self._directories = []
+
+    async def _run(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         if not self._started and self._tried:
             # The last try left no resumable session (and its id may be taken: --session-id
             # of an existing id exits 42): start over under a new id.

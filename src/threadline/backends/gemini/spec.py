@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, acp_capabilities, per_turn_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities
 
 __all__ = ["SPEC"]
 
@@ -10,11 +10,27 @@ SPEC = BackendSpec(
     id="gemini",
     display_name="Gemini CLI",
     capabilities={
-        "acp": acp_capabilities("gemini --acp"),
-        "headless": per_turn_capabilities(
+        "acp": mode_capabilities(
+            "one `gemini --acp` per working directory shared by its threads (ACP over stdio);"
+            " resume with `session/load`",
+            "bootstrap text block prepended to the first prompt",
+            # (ACP `image` blocks: its initialize offers promptCapabilities.image.)
+            images=True,
+            image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
+            # model: session/set_model; approvalPolicy: session/set_mode default|yolo. No
+            # effort option, no session/fork, no compaction command over ACP (0.61.0).
+            overrides={"model": "native"},
+        ),
+        "headless": mode_capabilities(
             ("`gemini -p -o stream-json` spawned per turn, `--resume <session>` from the 2nd turn"),
             "bootstrap text prepended to the first prompt",
+            # Per turn: approvals by policy only, a turn is stopped by killing the process.
+            approvals=False,
+            interrupt=False,
             reasoning=False,
+            images=True,  # `@<path>` in the prompt (a data: URL image through a temporary file)
+            image_urls=False,  # (files only: no http(s) URL)
+            overrides={"model": "native"},  # `-m` at the next spawn
         ),
     },
     npm=NpmCli("gemini", "@google/gemini-cli", "0.61.0"),

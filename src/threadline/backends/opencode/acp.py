@@ -180,6 +180,11 @@ class OpenCodeAcpSession(AcpSession):
     """
 
     permission_kinds = {**AcpSession.permission_kinds, "acceptForSession": "allow_once"}
+    # The thread's permissions are its agent's environment (OPENCODE_PERMISSION).
+    live_approval = False
+    # `/compact` is built into OpenCode's ACP prompt (a summary of the session), unlisted.
+    compact_command = "compact"
+    compact_builtin = True
 
     def __init__(self, host: AcpHost, settings: b.SessionSettings) -> None:
         super().__init__(host, settings, "opencode")

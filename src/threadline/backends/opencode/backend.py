@@ -18,6 +18,7 @@ policy is `never`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
@@ -26,6 +27,7 @@ from .api import LOG_FLAGS
 from .invocation import _env
 from .mcp import servers_key
 from .run import OpenCodeRunSession
+from .sessions import delete_session
 from .spec import SPEC
 
 __all__ = ["OpenCodeBackend"]
@@ -39,11 +41,14 @@ class OpenCodeBackend(PooledAcpBackend):
     def __init__(self) -> None:
         super().__init__(SPEC, AcpPool("opencode acp", _acp_stderr_line))
 
+    async def delete_session(self, env: Mapping[str, str], cwd: str, session_id: str) -> str | None:
+        return await delete_session(env, cwd, session_id)
+
     def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
         return OpenCodeRunSession(settings, binary)
 
     def agent(self, settings: b.SessionSettings, binary: str) -> AcpAgent:
-        env = _env(settings)
+        env = _env(settings, with_model=False)  # (set per session: `OpenCodeAcpSession`)
         # Threads with other permissions or config need an agent of their own; so do threads
         # with other MCP servers (OpenCode adds a session's servers to its whole directory).
         key = env["OPENCODE_PERMISSION"] + env.get("OPENCODE_CONFIG_CONTENT", "")

@@ -46,11 +46,15 @@ def _config_content(env: dict[str, str]) -> dict[str, Any]:
     return {}
 
 
-def _env(settings: b.SessionSettings, *, with_mcp: bool = False) -> dict[str, str]:
+def _env(
+    settings: b.SessionSettings, *, with_mcp: bool = False, with_model: bool = True
+) -> dict[str, str]:
     """opencode's environment for the thread. The permissions follow the approval policy:
     unless it is `never`, every tool that is not read-only asks (`mcp.permission_rules`).
     `with_mcp` (`opencode run`, which has no other way to take them): the thread's MCP
-    servers in OPENCODE_CONFIG_CONTENT's `mcp`, beside the user's own."""
+    servers in OPENCODE_CONFIG_CONTENT's `mcp`, beside the user's own. `with_model`: the
+    thread's model as the config's `model` (`opencode acp` sets it per session instead: a
+    loaded session keeps the model of its last message over the config's)."""
     env = dict(settings.env)
     env["PWD"] = settings.cwd  # OpenCode resolves its directory from $PWD first
     env.setdefault("OPENCODE_DISABLE_AUTOUPDATE", "1")
@@ -62,10 +66,11 @@ def _env(settings: b.SessionSettings, *, with_mcp: bool = False) -> dict[str, st
     # (No sort: OpenCode's rules are ordered, the last match wins.)
     env["OPENCODE_PERMISSION"] = json.dumps(permission)
     servers = mcp_config(settings.mcp_servers) if with_mcp else {}
-    if (settings.model and settings.model != "default") or servers:
+    model = settings.model if with_model and settings.model != "default" else None
+    if model or servers:
         content = _config_content(env)
-        if settings.model and settings.model != "default":
-            content["model"] = settings.model
+        if model:
+            content["model"] = model
         if servers:
             mcp = content.get("mcp")
             content["mcp"] = {**(mcp if isinstance(mcp, dict) else {}), **servers}

@@ -25,6 +25,7 @@ from .api import (
     stream_failure,
     unreachable_error,
 )
+from .attach import attachments
 from .invocation import _env
 from .mcp import split_tool, unavailable_server
 
@@ -38,24 +39,47 @@ class OpenCodeRunSession(PerTurnCliSession):
         self.settings = settings
         self.binary = binary
         self._usage = UsageTotals()
+        self._files: list[str] = []  # this turn's `-f` attachments
 
     def argv(self) -> list[str]:
         s = self.settings
         argv = [self.binary, "run", "--format", "json", "--dir", s.cwd, "--thinking", *LOG_FLAGS]
         if s.model and s.model != "default":
             argv += ["--model", s.model]
+        if s.effort:
+            # (OpenCode's variants; one the model does not have is ignored.)
+            argv += ["--variant", s.effort]
         if s.backend_session_id:
             argv += ["--session", s.backend_session_id]
+        elif s.fork_of:
+            # `thread/fork`: a copy of the source's session, continued (the new id comes
+            # with the events).
+            argv += ["--session", s.fork_of, "--fork"]
         else:
             argv += ["--title", "threadline"]  # also skips the title-generation model call
         if s.approval_policy == "never":
             argv.append("--auto")
+        for path in self._files:
+            argv += ["--file", path]
         return argv
 
     def process_env(self) -> dict[str, str]:
         return _env(self.settings, with_mcp=True)
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        async with attachments(turn.input, self.settings.cwd) as attached:
+            for warning in attached.warnings:
+                await ctx.emit(b.Warning(warning))
+            if attached.notes:
+                text = "\n\n".join([turn.text, *attached.notes])
+                turn = b.TurnInput(turn.turn_id, turn.input, text, turn.bootstrap)
+            self._files = attached.files
+            try:
+                return await self._run_retried(turn, ctx)
+            finally:
+                self._files = []
+
+    async def _run_retried(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         try:
             return await self._run_once(turn, ctx)
         except _DatabaseLocked:

@@ -27,8 +27,8 @@
   not start is a line on stderr, "Warning: MCP server(s) failed to start: a, b. ...", naming
   no session: each session of the agent with a server of that name reports it (a warning at
   its next turn).
-- `craft/drainMidTurnQueue` requests (messages a client queued mid-turn) are refused as not
-  implemented, which qwen takes as "unsupported" and stops asking.
+- `craft/drainMidTurnQueue` requests (messages a client queued mid-turn, asked for after each
+  tool round) are answered with the input `turn/steer` added to the running turn (`steer`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,18 @@ from ..kit.acp import (
     McpCall,
     usage_from_prompt_result,
 )
+from ..kit.acp.inputs import input_blocks
 from ..kit.mcp import DYNAMIC_TOOLS_SERVER
 from ..kit.usage import add_usage
 from .api_records import watch_api_records
 from .invocation import prompt_failure
 from .spec import SPEC
+from .steer import DRAIN_METHOD, SteerQueue
 
 __all__ = ["QwenAcpSession", "acp_stderr_line", "split_mcp_tool"]
 
+#: What qwen's `/effort` takes of Codex's efforts (it also has `max`; none/minimal it has not).
+_EFFORTS = ("low", "medium", "high", "xhigh")
 _MCP_FAILED = re.compile(r"MCP server\(s\) failed to start: (.*?)\. ")
 #: MCP servers a `qwen --acp` reported as not started (see the module docstring).
 _UNAVAILABLE: weakref.WeakKeyDictionary[AcpHost, set[str]] = weakref.WeakKeyDictionary()
@@ -89,12 +93,33 @@ class QwenAcpSession(AcpSession):
         self._preparing: dict[str, dict[str, Any]] = {}  # call id → its first announcement
         self._turn_usage: TokenUsageBreakdown | None = None
         self._reported: set[str] = set()  # MCP servers whose failure to start was reported
+        self._steered = SteerQueue()  # input added to the running turn (`turn/steer`)
 
-    async def configure(self) -> None:
-        mode = "yolo" if self.settings.approval_policy == "never" else "default"
-        await self.host.request(
-            "session/set_mode", {"sessionId": self.session_id, "modeId": mode}, timeout=30
-        )
+    #: A model qwen does not list (its settings' models) comes with `--model` on a new agent.
+    model_by_restart = True
+    compact_command = "compress"
+
+    def approval_mode(self, policy: b.ApprovalPolicy) -> str | None:
+        return "yolo" if policy == "never" else "default"
+
+    async def _apply_effort(self, opening: bool) -> None:
+        """qwen's `/effort <tier>` command (no model call; the next requests carry
+        `reasoning.effort`), sent as a prompt of its own before the turn."""
+        effort = self.settings.effort
+        if not effort:
+            return  # (qwen has no command back to "unset")
+        if effort not in _EFFORTS:
+            self.notes.append(
+                f"qwen's efforts are {', '.join(_EFFORTS)}; {effort!r} is not applied"
+            )
+            return
+        prompt = [{"type": "text", "text": f"/effort {effort}"}]
+        try:
+            await self.host.request(
+                "session/prompt", {"sessionId": self.session_id, "prompt": prompt}, 30
+            )
+        except AcpError as exc:
+            self.notes.append(f"qwen did not set effort {effort!r}: {exc.message}")
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self._preparing.clear()
@@ -105,10 +130,24 @@ class QwenAcpSession(AcpSession):
                 self._reported.add(server.name)
                 message = f"MCP server '{server.name}' did not start: qwen: failed to start"
                 await ctx.emit(b.Warning(message))
-        outcome = await super().run_turn(turn, ctx)
+        self._steered.open = True
+        try:
+            outcome = await super().run_turn(turn, ctx)
+            # Input added to the turn that qwen did not take: one more prompt of the turn.
+            while (outcome is None or outcome.status == "completed") and (
+                rest := self._steered.rest(turn.turn_id)
+            ):
+                outcome = await super().run_turn(rest, ctx)
+        finally:
+            self._steered.open = False
+            self._steered.clear()
         if self._turn_usage is not None:
             await ctx.emit(b.TokenUsageUpdated(self._usage.add(self._turn_usage)))
         return outcome
+
+    async def steer(self, turn: b.TurnInput) -> None:
+        blocks, _ = await input_blocks(turn.input, self.settings.cwd, images=True)
+        self._steered.add(turn, blocks)
 
     def on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
@@ -168,6 +207,8 @@ class QwenAcpSession(AcpSession):
         return bool(self._preparing)
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        if method == DRAIN_METHOD:
+            return self._steered.drain()
         if method == "session/request_permission":
             call = params.get("toolCall")
             if isinstance(call, dict):

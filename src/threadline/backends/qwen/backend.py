@@ -6,6 +6,11 @@ OPENAI_BASE_URL, OPENAI_MODEL or ~/.qwen/settings.json)."""
 
 from __future__ import annotations
 
+import glob
+import os
+import re
+from collections.abc import Mapping
+
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import QwenAcpSession, acp_stderr_line
@@ -13,6 +18,8 @@ from .invocation import acp_argv
 from .spec import SPEC
 
 __all__ = ["QwenBackend", "create"]
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
 
 
 class QwenBackend(PooledAcpBackend):
@@ -24,6 +31,14 @@ class QwenBackend(PooledAcpBackend):
 
     def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
         return QwenAcpSession(host, settings)
+
+    def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
+        """qwen's record of the session: `~/.qwen/projects/<project>/chats/<id>.jsonl`."""
+        if not _SAFE_ID.match(session_id):
+            return []
+        home = env.get("HOME") or os.path.expanduser("~")
+        projects = os.path.join(glob.escape(home), ".qwen", "projects")
+        return glob.glob(os.path.join(projects, "*", "chats", f"{session_id}.jsonl"))
 
 
 def create() -> QwenBackend:

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-from ..spec import BackendSpec, NpmCli, acp_capabilities
+from ..spec import BackendSpec, NpmCli, mode_capabilities
 
 __all__ = ["SPEC"]
 
 SPEC = BackendSpec(
     id="qwen",
     display_name="Qwen Code",
-    capabilities={"acp": acp_capabilities("qwen --acp")},
+    capabilities={
+        "acp": mode_capabilities(
+            "one `qwen --acp` per working directory and model shared by its threads (ACP over"
+            " stdio); resume with `session/load`",
+            "bootstrap text block prepended to the first prompt",
+            # (ACP `image` blocks; the model must take images: qwen's
+            # model.generationConfig.modalities, else it sends a text placeholder.)
+            images=True,
+            image_urls=False,  # (an ACP image block carries the data: no http(s) URL)
+            # model: session/set_model when qwen lists it, else a new `qwen --acp --model`
+            # (restart); approvalPolicy: session/set_mode default|yolo.
+            # effort: qwen's `/effort <tier>` command before the turn (low|medium|high|xhigh).
+            overrides={"model": "restart", "effort": "native"},
+            # `/compress`; input added mid-turn goes in at qwen's next tool round
+            # (craft/drainMidTurnQueue) or as a follow-up prompt of the same turn.
+            compact=True,
+            steer=True,
+        )
+    },
     npm=NpmCli("qwen", "@qwen-code/qwen-code", "0.24.4"),
     login_fix=(
         "set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible provider), or "

@@ -9,13 +9,42 @@ from dataclasses import dataclass
 
 import trio
 
+from ....protocol import Model, ReasoningEffortOption
 from ... import base as b
 from ...spec import BackendSpec
 from .host import AcpHost
+from .offer import SessionOffer
 from .pool import AcpPool
 from .session import AcpSession
 
-__all__ = ["AcpAgent", "PooledAcpBackend", "open_acp_session"]
+__all__ = ["AcpAgent", "PooledAcpBackend", "offered_models", "open_acp_session"]
+
+
+def offered_models(spec: BackendSpec, offer: SessionOffer) -> list[Model]:
+    """`model/list` from what an agent offered a new session: its models (the one it
+    started with is the default) and the efforts of its `thought_level` option, if any."""
+    models = list(offer.models)
+    current = offer.current_model
+    if current and all(model_id != current for model_id, _, _ in models):
+        models.insert(0, (current, current, "the model the agent runs by default"))
+    effort = offer.option("thought_level")
+    efforts = [(value, name) for value, name in effort.values] if effort else list(spec.efforts)
+    default_effort = (effort.current if effort else None) or spec.default_effort
+    return [
+        Model(
+            id=f"{spec.id}/{model_id}",
+            model=model_id,
+            display_name=name,
+            description=description or name,
+            hidden=False,
+            is_default=model_id == current,
+            default_reasoning_effort=default_effort,
+            supported_reasoning_efforts=[
+                ReasoningEffortOption(reasoning_effort=e, description=d) for e, d in efforts
+            ],
+        )
+        for model_id, name, description in models
+    ]
 
 
 @dataclass(frozen=True)
@@ -60,6 +89,15 @@ class PooledAcpBackend(b.Backend):
     def __init__(self, spec: BackendSpec, pool: AcpPool) -> None:
         super().__init__(spec)
         self._pool = pool
+        self._offered: SessionOffer | None = None  # the last agent's models, once one ran
+
+    async def list_models(self) -> list[Model]:
+        """The models a running agent listed (the last one's, once none runs), else the
+        spec's."""
+        self._offered = self._pool.defaults or self._offered
+        if self._offered is None or not self._offered.models:
+            return self.models()
+        return offered_models(self.spec, self._offered)
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._pool.attach(nursery)

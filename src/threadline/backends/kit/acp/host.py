@@ -16,6 +16,7 @@ from ....rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, Res
 from ....rpc.errors import INVALID_PARAMS, RpcError
 from ... import base as b
 from ..spawn import open_cli_process
+from .offer import SessionOffer
 
 log = logging.getLogger("threadline.backend.acp")
 
@@ -125,6 +126,9 @@ class AcpHost:
         self.on_stderr_line = on_stderr_line
         self.proc: GroupProcess | None = None
         self.init_result: dict[str, Any] = {}
+        #: What the agent offered its first new session: its defaults (model, modes) and
+        #: its models (`Backend.list_models`).
+        self.defaults: SessionOffer | None = None
         self.refs = 0
         self.alive = False
         #: Set when a session gave up on a prompt the agent never answered (a turn timeout, a

@@ -10,6 +10,7 @@ import trio
 
 from ..spawn import running
 from .host import AcpHost, StderrHandler
+from .offer import SessionOffer
 
 __all__ = ["AcpPool"]
 
@@ -29,6 +30,13 @@ class AcpPool:
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+
+    @property
+    def defaults(self) -> SessionOffer | None:
+        """What a running agent of the pool offered its first new session (its models), if
+        any agent runs: the most recently started one's."""
+        offers = [h.defaults for h in self._hosts.values() if h.alive and h.defaults]
+        return offers[-1] if offers else None
 
     @asynccontextmanager
     async def host(

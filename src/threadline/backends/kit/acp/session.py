@@ -18,8 +18,11 @@ from ...registry import SPECS
 from ..api_errors import no_credentials
 from ..mcp import acp_servers, approval_name
 from ..usage import UsageTotals
+from .control import APPLIED_LIVE, SessionControl
 from .host import AUTH_REQUIRED, AcpError, AcpHost, Prompt, error_info_for_code
+from .inputs import input_blocks
 from .mapper import AcpTurnMapper, McpCall, usage_from_prompt_result
+from .offer import SessionOffer, agent_offers
 
 __all__ = ["PROMPT_DONE", "AcpSession"]
 
@@ -30,6 +33,8 @@ log = logging.getLogger("threadline.backend.acp")
 REPLAY_QUIET = 0.25
 #: ... or after this long in all.
 REPLAY_MAX = 10.0
+#: How long a compaction waits for the agent to list its commands (after session/load).
+COMMANDS_WAIT = 5.0
 #: How long an interrupted prompt may stay unanswered when the turn context does not say
 #: (the server's interrupt grace, `ServerConfig.interrupt_grace`).
 DEFAULT_INTERRUPT_GRACE = 5.0
@@ -60,7 +65,13 @@ _PERMISSION_KIND = {
 }
 
 
-class AcpSession(b.BackendSession):
+#: Session updates about what the agent offers (`SessionOffer.update`), never a turn's.
+_OFFER_UPDATES = ("available_commands_update", "config_option_update", "current_mode_update")
+#: What the agent says while it compacts the conversation (its progress text): not shown.
+_CHATTER = ("agent_message_chunk", "agent_thought_chunk")
+
+
+class AcpSession(SessionControl, b.BackendSession):
     """A thread's ACP session on a (possibly shared) agent process."""
 
     #: Our approval decision → the ACP permission option kind answered. A backend whose agent
@@ -71,6 +82,10 @@ class AcpSession(b.BackendSession):
     #: If not (Gemini), the session id is recorded for resume, and the role bootstrap counted
     #: as delivered, only once a turn finished (the next prompt carries the role again).
     keeps_unfinished_prompts: bool = True
+    #: The slash command that compacts the conversation (`compact`), if the agent has one,
+    #: and whether it is built in (else it must be in the agent's `available_commands`).
+    compact_command: str | None = None
+    compact_builtin: bool = False
 
     def __init__(self, host: AcpHost, settings: b.SessionSettings, backend_id: str) -> None:
         self.host = host
@@ -95,6 +110,11 @@ class AcpSession(b.BackendSession):
         self.before_load: Callable[[str], Any] | None = None
         #: The running turn's error once the agent's retries cannot help (`give_up`).
         self.gave_up: TurnError | None = None
+        self.offer = SessionOffer()
+        self.notes: list[str] = []
+        self._blocks: list[dict[str, Any]] = []  # the turn's images, mentions, skills
+        self._compacting = False
+        self._commands_listed = trio.Event()  # the agent listed its slash commands
 
     @property
     def ignores_updates(self) -> bool:
@@ -109,6 +129,14 @@ class AcpSession(b.BackendSession):
     # host callbacks (run in the host's reader task: never block)
 
     def on_update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind in _OFFER_UPDATES:
+            self.offer.update(update)
+            if kind == "available_commands_update":
+                self._commands_listed.set()
+            return
+        if self._compacting and kind in _CHATTER:
+            return
         try:
             self._updates_send.send_nowait(update)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
@@ -267,21 +295,8 @@ class AcpSession(b.BackendSession):
     # lifecycle
 
     async def open(self) -> None:
-        params = {"cwd": self.settings.cwd, "mcpServers": acp_servers(self.settings.mcp_servers)}
         try:
-            if self.settings.backend_session_id:
-                sid = self.settings.backend_session_id
-                if self.before_load is not None:
-                    await self.before_load(sid)
-                self.host.sessions[sid] = self
-                self.session_id = sid
-                await self.host.request("session/load", {**params, "sessionId": sid}, timeout=120)
-                await self._skip_replay()
-            else:
-                result = await self.host.request("session/new", params, timeout=120) or {}
-                self.session_id = str(result.get("sessionId"))
-                self.host.sessions[self.session_id] = self
-                self.created(result)
+            self.offer.read(await self._open_session())
         except AcpError as exc:
             if self.session_id:
                 self.host.sessions.pop(self.session_id, None)
@@ -295,8 +310,66 @@ class AcpSession(b.BackendSession):
             ) from None
         await self.configure()
 
+    async def _open_session(self) -> Any:
+        """Load the thread's session, fork it from `fork_of`, or create it: the answer."""
+        params = {"cwd": self.settings.cwd, "mcpServers": acp_servers(self.settings.mcp_servers)}
+        sid = self.settings.backend_session_id
+        if sid:
+            if self.before_load is not None:
+                await self.before_load(sid)
+            self.host.sessions[sid] = self
+            self.session_id = sid
+            result = await self.host.request("session/load", {**params, "sessionId": sid}, 120)
+            await self._skip_replay()
+            return result
+        source = self.settings.fork_of
+        if source and not agent_offers(self.host.init_result, "sessionCapabilities", "fork"):
+            raise b.BackendError(
+                f"{self.backend_id} cannot fork a session (its ACP agent does not offer"
+                " session/fork)",
+                codex_error_info="other",
+            )
+        if source:
+            result = await self.host.request("session/fork", {**params, "sessionId": source}, 120)
+        else:
+            result = await self.host.request("session/new", params, timeout=120)
+        result = result if isinstance(result, dict) else {}
+        self.session_id = str(result.get("sessionId"))
+        self.host.sessions[self.session_id] = self
+        if not source:
+            self.created(result)
+            if self.host.defaults is None:
+                self.host.defaults = SessionOffer()
+                self.host.defaults.read(result)
+        return result
+
     async def configure(self) -> None:
-        """Backend hook after the session exists (modes, model)."""
+        """After the session opened: the thread's model, approval mode and effort."""
+        await self.apply_overrides(APPLIED_LIVE, opening=True)
+
+    async def reconfigure(self, changed: frozenset[str]) -> frozenset[str]:
+        if self.session_id is None or not self.host.alive:
+            return changed
+        return await self.apply_overrides(changed, opening=False)
+
+    async def compact(self, ctx: b.TurnContext) -> b.TurnOutcome | None:
+        """The agent's compaction command (`compact_command`) as a prompt."""
+        command = self.compact_command
+        if command is not None and not self.compact_builtin:
+            # (The agent lists its commands a moment after it opened the session.)
+            with trio.move_on_after(COMMANDS_WAIT):
+                await self._commands_listed.wait()
+        if command is None or not (self.compact_builtin or command in self.offer.commands):
+            raise b.BackendError(
+                f"{self.backend_id} offers no command to compact its conversation",
+                codex_error_info="other",
+            )
+        self._compacting = True
+        try:
+            text = "/" + command
+            return await self.run_turn(b.TurnInput(ctx.turn_id, [], text), ctx)
+        finally:
+            self._compacting = False
 
     def mcp_call(self, call: dict[str, Any]) -> McpCall | None:
         """Backend hook: the MCP server and tool an ACP tool call (a `tool_call`, its update or
@@ -306,8 +379,8 @@ class AcpSession(b.BackendSession):
 
     def prompt_content(self, turn: b.TurnInput) -> list[dict[str, Any]]:
         """Backend hook: the ACP content blocks of the turn's prompt (the role bootstrap, when
-        due, goes ahead of them)."""
-        return [{"type": "text", "text": turn.text}]
+        due, goes ahead of them): its text, then its images, mentions and skills."""
+        return [{"type": "text", "text": turn.text}, *self._blocks]
 
     def created(self, result: dict[str, Any]) -> None:
         """Backend hook: the agent's answer to `session/new`."""
@@ -480,6 +553,11 @@ class AcpSession(b.BackendSession):
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self.gave_up = None
+        images = agent_offers(self.host.init_result, "promptCapabilities", "image")
+        self._blocks, warnings = await input_blocks(turn.input, self.settings.cwd, images=images)
+        for text in [*self.notes, *warnings]:
+            await ctx.emit(b.Warning(text))
+        self.notes.clear()
         outcome = await self._prompt_turn(turn, ctx)
         if self.gave_up is not None:
             return b.TurnOutcome("failed", self.gave_up)
