@@ -2,7 +2,7 @@
 the connection: plain GETs are answered here (`/readyz`, `/healthz` → 200 without auth, any
 other → 400), an upgrade carrying `Origin` is refused (403: browsers are never let in), one
 without valid credentials gets 401. An upgrade that passes is replayed, bytes unchanged, to
-trio-websocket (`Replay`)."""
+trio-websocket (`rpc.prefixed.PrefixedStream`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import h11
 import trio
 
-__all__ = ["HEALTH_PATHS", "Head", "Replay", "answer", "read_head"]
+__all__ = ["HEALTH_PATHS", "Head", "answer", "read_head"]
 
 HEALTH_PATHS = ("/readyz", "/healthz")
 #: The request line and headers must fit in this many bytes.
@@ -69,29 +69,3 @@ async def answer(stream: trio.abc.Stream, conn: h11.Connection, status: int, bod
         pass
     finally:
         await stream.aclose()
-
-
-class Replay(trio.abc.Stream):
-    """`inner`, whose first received bytes are `prefix` again (the head read above)."""
-
-    def __init__(self, prefix: bytes, inner: trio.abc.Stream) -> None:
-        self._prefix = prefix
-        self._inner = inner
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            await trio.lowlevel.checkpoint()
-            size = len(self._prefix) if max_bytes is None else max_bytes
-            chunk, self._prefix = self._prefix[:size], self._prefix[size:]
-            return chunk
-        return bytes(await self._inner.receive_some(max_bytes))
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        self._prefix = b""
-        await self._inner.aclose()

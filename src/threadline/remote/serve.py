@@ -25,6 +25,7 @@ from ..rpc.connection import Connection
 from ..rpc.dispatch import Dispatcher, PreparedCall
 from ..rpc.errors import INVALID_REQUEST
 from ..rpc.peer import Peer
+from ..rpc.prefixed import PrefixedStream
 from ..server import routes
 from ..server.app import OUTBOX_SIZE, backend_infos
 from ..server.config import ServerConfig
@@ -36,7 +37,7 @@ from ..store import ThreadStore
 from .address import ListenAddress
 from .auth import WsAuth
 from .coalesce import Coalescing
-from .gate import HEALTH_PATHS, Replay, answer, read_head
+from .gate import HEALTH_PATHS, answer, read_head
 from .sockets import open_listeners
 
 __all__ = ["ListenerServer"]
@@ -166,7 +167,7 @@ class ListenerServer:
             log.warning("refused an upgrade: %s", why)
             return await answer(stream, conn, 401, why)
         async with trio.open_nursery() as nursery:
-            coalescing = Coalescing(Replay(raw, stream))
+            coalescing = Coalescing(PrefixedStream(raw, stream))
             request = await wrap_server_stream(
                 nursery, coalescing, max_message_size=self.config.max_request
             )

@@ -19,6 +19,7 @@ from ..rpc.dispatch import Dispatcher, PreparedCall
 from ..rpc.framing import write_loop
 from ..rpc.limits import DEFAULT_MAX_REQUEST
 from ..rpc.peer import Peer
+from ..rpc.prefixed import PrefixedReceiveStream
 from ..store import ThreadStore
 from . import routes
 from .config import ServerConfig
@@ -157,7 +158,7 @@ async def serve_stdio(server: Server) -> None:
     sys.stdout = sys.stderr
     receive: trio.abc.ReceiveStream = trio.lowlevel.FdStream(in_fd)
     if server.handshake.pending:
-        receive = _Prefixed(server.handshake.pending, receive)
+        receive = PrefixedReceiveStream(server.handshake.pending, receive)
     send = trio.lowlevel.FdStream(out_fd)
     async with trio.open_nursery() as nursery:
 
@@ -192,23 +193,3 @@ async def serve_stdio(server: Server) -> None:
             with trio.CancelScope(shield=True):
                 await receive.aclose()
                 await send.aclose()
-
-
-class _Prefixed(trio.abc.ReceiveStream):
-    """`inner`, after `prefix` (stdin bytes the handshake read before the engine loaded)."""
-
-    def __init__(self, prefix: bytes, inner: trio.abc.ReceiveStream) -> None:
-        self._prefix = prefix
-        self._inner = inner
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            await trio.lowlevel.checkpoint()
-            size = len(self._prefix) if max_bytes is None else max_bytes
-            chunk, self._prefix = self._prefix[:size], self._prefix[size:]
-            return chunk
-        return bytes(await self._inner.receive_some(max_bytes))
-
-    async def aclose(self) -> None:
-        self._prefix = b""
-        await self._inner.aclose()

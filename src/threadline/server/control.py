@@ -17,7 +17,6 @@ from ..protocol import (
     ThreadForkResponse,
     ThreadInjectItemsParams,
     ThreadInjectItemsResponse,
-    ThreadStartedNotification,
     TurnSteerParams,
     TurnSteerResponse,
 )
@@ -128,14 +127,7 @@ class ThreadControl:
         turns = None if p.exclude_turns else await service.turns(record)
         response = service.response(thread, ThreadForkResponse, turns)
         response.reasoning_effort = settings.effort
-
-        async def started() -> None:
-            await service.peer.notify(
-                "thread/started", ThreadStartedNotification(thread=thread.view())
-            )
-            await service.warn_unsupported(thread)
-
-        return Reply(response, started)
+        return service.started_reply(thread, response)
 
     async def _fork_source(self, p: ThreadForkParams) -> ThreadRecord:
         service = self.service

@@ -245,6 +245,17 @@ class ThreadService:
             log.warning("the %s backend cannot honour %s; ignoring it", backend.id, option)
         return settings
 
+    def started_reply(self, thread: LoadedThread, response: Any) -> Reply:
+        """`response`, then `thread/started` and the thread's warnings."""
+
+        async def started() -> None:
+            await self.peer.notify(
+                "thread/started", ThreadStartedNotification(thread=thread.view())
+            )
+            await self.warn_unsupported(thread)
+
+        return Reply(response, started)
+
     async def warn_unsupported(self, thread: LoadedThread) -> None:
         messages = [
             f"the {thread.backend.id} backend cannot honour {option}; it is ignored"
@@ -398,15 +409,7 @@ class ThreadService:
             # Written now, not lazily: a second client can resume a thread with no turns.
             await self.store.create(record)
         thread.prewarm()
-        response = self.response(thread, ThreadStartResponse)
-
-        async def started() -> None:
-            await self.peer.notify(
-                "thread/started", ThreadStartedNotification(thread=thread.view())
-            )
-            await self.warn_unsupported(thread)
-
-        return Reply(response, started)
+        return self.started_reply(thread, self.response(thread, ThreadStartResponse))
 
     async def thread_resume(self, p: ThreadResumeParams) -> ThreadResumeResponse:
         self.refuse_when_shutting_down()
