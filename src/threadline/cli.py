@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .backends.registry import BACKEND_IDS, SPECS
+
+if TYPE_CHECKING:
+    from .server.config import ServerConfig
 
 __all__ = ["main"]
 
@@ -119,21 +122,31 @@ def _listen_setup(args: Any) -> tuple[Any, Any] | int:
     return address, auth
 
 
-def _serve_listener(address: Any, auth: Any, exit_when_idle: float | None = None) -> int:
-    """Serve on a WebSocket or unix-socket listener (several clients; see remote/serve.py)."""
-    from .home import default_root
+def _server_config() -> ServerConfig | None:
+    """The server's configuration from the environment; None (said on stderr) when it is
+    unusable: a bad setting, or a default backend whose CLI cannot run."""
     from .server.config import ConfigError, ServerConfig
 
     try:
         config = ServerConfig.from_env()
     except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
-        return 2
+        return None
     if config.backend_set:
         problem = _unusable_backend(config.default_backend, config.cli_path)
         if problem:
             print(f"threadline: {problem}", file=sys.stderr)
-            return 2
+            return None
+    return config
+
+
+def _serve_listener(address: Any, auth: Any, exit_when_idle: float | None = None) -> int:
+    """Serve on a WebSocket or unix-socket listener (several clients; see remote/serve.py)."""
+    from .home import default_root
+
+    config = _server_config()
+    if config is None:
+        return 2
     root = default_root()
     _setup_logging()
     if _has_ledgers(root / "run"):
@@ -179,19 +192,11 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     # Only light modules until `initialize` is answered (see server/handshake.py): a client
     # waits for that answer first, and the engine's imports cost more than the answer itself.
     from .home import default_root
-    from .server.config import ConfigError, ServerConfig
     from .server.handshake import answer_first_initialize
 
-    try:
-        config = ServerConfig.from_env()
-    except ConfigError as exc:
-        print(f"threadline: {exc}", file=sys.stderr)
+    config = _server_config()
+    if config is None:
         return 2
-    if config.backend_set:
-        problem = _unusable_backend(config.default_backend, config.cli_path)
-        if problem:
-            print(f"threadline: {problem}", file=sys.stderr)
-            return 2
     root = default_root()
     run_dir = root / "run"
     # CLIs left running by a server that was SIGKILLed are killed before we answer anyone.

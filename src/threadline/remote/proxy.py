@@ -156,6 +156,6 @@ def proxy_main(address: ListenAddress, token: str | None) -> int:
     try:
         trio.run(run_proxy, address, token)
     except ProxyError as exc:
-        print(f"threadline proxy: {exc}", file=sys.stderr)
+        sys.stderr.write(f"threadline proxy: {exc}\n")
         return 1
     return 0

@@ -24,6 +24,7 @@ from ..protocol import CLIENT_METHODS, InitializeParams, InitializeResponse
 from ..rpc.connection import Connection
 from ..rpc.dispatch import Dispatcher, PreparedCall
 from ..rpc.errors import INVALID_REQUEST
+from ..rpc.framing import with_queued
 from ..rpc.peer import Peer
 from ..rpc.prefixed import PrefixedStream
 from ..server import routes
@@ -248,12 +249,7 @@ async def _write_frames(
     broken = False
     async with outbox:
         async for first in outbox:
-            batch = [first]
-            while True:
-                try:
-                    batch.append(outbox.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            batch = with_queued(first, outbox)
             if broken:
                 continue  # keep draining so producers never block on a dead connection
             messages = [line.rstrip(b"\n").decode() for line in batch]
@@ -269,4 +265,5 @@ def _print_banner(url: str) -> None:
     if url.startswith("ws://"):
         http = "http://" + url[len("ws://") :]
         lines += [f"  readyz: {http}/readyz", f"  healthz: {http}/healthz"]
-    print("\n".join(lines), file=sys.stderr, flush=True)
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()

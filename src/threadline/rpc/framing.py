@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-__all__ = ["DEFAULT_MAX_LINE", "LineReader", "LineTooLong", "write_loop"]
+__all__ = ["DEFAULT_MAX_LINE", "LineReader", "LineTooLong", "with_queued", "write_loop"]
 
 #: Agents print multi-megabyte JSON lines (file contents, diffs); 64 MiB keeps them whole.
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
@@ -100,18 +100,23 @@ class LineReader:
             seen += len(chunk)
 
 
+def with_queued(first: bytes, outbox: trio.MemoryReceiveChannel[bytes]) -> list[bytes]:
+    """`first` and every message already queued behind it (written together)."""
+    batch = [first]
+    while True:
+        try:
+            batch.append(outbox.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return batch
+
+
 async def write_loop(stream: trio.abc.SendStream, outbox: trio.MemoryReceiveChannel[bytes]) -> None:
     """The single writer of a stream: sends each queued line, coalescing whatever is already
     queued into one write (measured ~2x cheaper than a write per message)."""
     broken = False
     async with outbox:
         async for first in outbox:
-            batch = [first]
-            while True:
-                try:
-                    batch.append(outbox.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            batch = with_queued(first, outbox)
             if broken:
                 continue  # the reader went away: keep draining so producers never block
             try:
