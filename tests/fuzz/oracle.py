@@ -69,6 +69,7 @@ APP_ERRORS: dict[str, frozenset[int]] = {
     "thread/inject_items": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
     "thread/compact/start": frozenset({INVALID_REQUEST}),
     "turn/steer": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
+    "thread/unsubscribe": frozenset({INVALID_REQUEST}),
 }
 
 #: Server→client request ids this close above the last one seen may be in flight while a turn
