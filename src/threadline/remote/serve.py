@@ -252,7 +252,7 @@ async def _write_frames(
             batch = with_queued(first, outbox)
             if broken:
                 continue  # keep draining so producers never block on a dead connection
-            messages = [line.rstrip(b"\n").decode() for line in batch]
+            messages = [line[:-1] for line in batch]  # each ends with the stdio newline
             try:
                 broken = not await coalescing.send_text(messages, lambda: ws.closed is None)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
