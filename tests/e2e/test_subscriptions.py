@@ -64,3 +64,58 @@ async def test_unsubscribe_detaches_a_connection(home: Path, workdir: Path) -> N
         with trio.move_on_after(0.5):
             event = await b.events.receive()
             raise AssertionError(f"b unsubscribed, yet got {event}")
+
+
+UNLOAD = {"THREADLINE_UNLOAD_AFTER": "1"}
+
+
+async def test_an_unfollowed_thread_is_unloaded_on_stdio(
+    nursery: trio.Nursery, home: Path, workdir: Path
+) -> None:
+    async with running_server(nursery, home, UNLOAD) as srv:
+        await srv.initialize()
+        kept = await srv.start_thread(workdir)
+        tid = await srv.start_thread(workdir)
+        done, _ = await srv.run_turn(tid, "/text before")
+        assert done["params"]["turn"]["status"] == "completed"
+        await srv.call("thread/unsubscribe", {"threadId": tid})
+        with trio.fail_after(10):
+            closed = await srv.wait_method("thread/closed")
+        assert closed["params"] == {"threadId": tid}
+        assert (await srv.call("thread/loaded/list", {}))["data"] == [kept]
+        read = await srv.call("thread/read", {"threadId": tid})
+        assert read["thread"]["status"] == {"type": "notLoaded"}
+        assert (await srv.call("thread/unsubscribe", {"threadId": tid}))["status"] == "notLoaded"
+        await srv.call("thread/resume", {"threadId": tid})
+        done, _ = await srv.run_turn(tid, "/history")
+        assert "before" in done["params"]["turn"]["items"][-1]["text"]
+
+
+async def test_a_thread_stays_loaded_while_followed_or_running(home: Path, workdir: Path) -> None:
+    async with (
+        listening_server(home, "ws://127.0.0.1:0", env=UNLOAD) as srv,
+        ws_connect(srv.url) as a,
+        ws_connect(srv.url) as b,
+    ):
+        await a.initialize()
+        await b.initialize()
+        params = {"modelProvider": "mock", "cwd": str(workdir)}
+        followed = (await a.call("thread/start", params))["thread"]["id"]
+        running = (await a.call("thread/start", params))["thread"]["id"]
+        await a.call("turn/start", {"threadId": running, "input": text("/sleep 3\n/text late")})
+        await a.wait_for("turn/started")
+        await a.call("thread/unsubscribe", {"threadId": running})
+        # Nobody follows `running` now, but its turn goes on: it is unloaded only after it.
+        with trio.fail_after(15):
+            closed = await b.wait_for("thread/closed")
+        assert closed["params"] == {"threadId": running}
+        read = await b.call("thread/read", {"threadId": running, "includeTurns": True})
+        assert read["thread"]["turns"][-1]["status"] == "completed"
+        async with ws_connect(srv.url) as c:  # a connection that leaves unsubscribes
+            await c.initialize()
+            left = (await c.call("thread/start", params))["thread"]["id"]
+        with trio.fail_after(15):
+            closed = await b.wait_for("thread/closed")
+        assert closed["params"] == {"threadId": left}
+        loaded = (await b.call("thread/loaded/list", {}))["data"]
+        assert loaded == [followed]

@@ -106,6 +106,17 @@ class Peer:
         """Send an already-built envelope (or a list of them, for a batch answer)."""
         await self._send(message)
 
+    def subscribers(self, thread_id: str) -> int:
+        """How many connections follow `thread_id` (this one, unless it unsubscribed)."""
+        return 0 if thread_id in self.unsubscribed else 1
+
+    async def announce(self, method: str, params: Any) -> None:
+        """A notification for every connection, subscribed to its thread or not."""
+        if method not in self.opt_out:
+            await self._send(
+                _Notification(method=method, params=params, emittedAtMs=time.time_ns() // 1_000_000)
+            )
+
     async def notify(self, method: str, params: Any) -> None:
         if method in self.opt_out or (self.unsubscribed and thread_of(params) in self.unsubscribed):
             return

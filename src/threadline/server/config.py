@@ -54,6 +54,9 @@ class ServerConfig:
     approval_timeout: float | None = None
     #: How long a native interrupt may take before the CLI's process group is killed.
     interrupt_grace: float = 5.0
+    #: THREADLINE_UNLOAD_AFTER: seconds a loaded thread with no subscriber and no running
+    #: turn stays loaded (Codex: 30 minutes).
+    unload_after: float = 1800.0
     #: THREADLINE_MAX_REQUEST_BYTES: the longest accepted request line.
     max_request: int = DEFAULT_MAX_REQUEST
     #: The operator chose the backend (AGENT_BACKEND or BACKEND_CLI_PATH set): its CLI must
@@ -90,6 +93,7 @@ class ServerConfig:
             turn_timeout=_positive(env, "BACKEND_TURN_TIMEOUT", float, "seconds"),
             approval_timeout=_positive(env, "THREADLINE_APPROVAL_TIMEOUT", float, "seconds"),
             interrupt_grace=grace or 5.0,
+            unload_after=_positive(env, "THREADLINE_UNLOAD_AFTER", float, "seconds") or 1800.0,
             max_request=max_request or DEFAULT_MAX_REQUEST,
             backend_set=bool(
                 env.get("AGENT_BACKEND", "").strip() or env.get("BACKEND_CLI_PATH", "").strip()

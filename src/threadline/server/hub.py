@@ -111,6 +111,13 @@ class Hub(Peer):
         for peer in self._targets(params):
             await peer.notify(method, params)
 
+    def subscribers(self, thread_id: str) -> int:
+        return len(self._attached.get(thread_id, ()))
+
+    async def announce(self, method: str, params: Any) -> None:
+        for peer in list(self.connections):
+            await peer.announce(method, params)
+
     async def request(
         self, method: str, params: Any, request_id: int | None = None, *, linger: bool = False
     ) -> PeerResponse:

@@ -203,7 +203,8 @@ _SUMMARIES = {
     "(`unsubscribed`; `notSubscribed` if it was not; `notLoaded`). The thread stays loaded "
     "and its turns go on; `thread/start`, `thread/resume` and `thread/fork` subscribe. With "
     "several connections (`--listen`) it also stops the thread's server requests coming "
-    "here.",
+    "here. A thread no connection follows is unloaded after `THREADLINE_UNLOAD_AFTER` "
+    "seconds (30 min) without a running turn (`thread/closed`).",
     "turn/start": "Start a turn on a loaded thread. Answered at once with `status: "
     "inProgress`; the turn is then reported by notifications and ends with exactly one "
     "`turn/completed`. `input` holds `text`, `image` (an http(s) or base64 data URL) and "
@@ -265,8 +266,9 @@ _SUMMARIES = {
     "absent when it was cleared.",
     "thread/compacted": "Codex's older notice that the thread's context was compacted (sent "
     "in a compaction turn, after its `contextCompaction` item completed).",
-    "thread/closed": "Codex's notice that a thread was unloaded; in the schema for Codex "
-    "clients, not sent by threadline today.",
+    "thread/closed": "A thread was unloaded because no connection followed it for "
+    "`THREADLINE_UNLOAD_AFTER` seconds (30 min) with no turn running; sent to every "
+    "connection, subscribed or not. `thread/resume` loads it again.",
     "turn/started": "A turn began (after the `turn/start` response).",
     "turn/completed": "The turn ended: `completed`, `interrupted` or `failed` (with `error`). "
     "Exactly one per turn, after every item was completed. A completed turn carries its final "
