@@ -6,8 +6,9 @@
    socket). Ratio ws/stdio, goal >= 0.8.
 2. Cancel (mock backend, a turn sleeping 30 s): `turn/interrupt` sent → `turn/completed`
    (interrupted) received, over ws; goal <= 50 ms (median).
-3. Connections: C WebSocket connections held open idle; the server's RSS growth per
-   connection (reported, no goal).
+3. Connections: C WebSocket connections, each starting a thread, all their turns (mock) run
+   at once: events lost or misrouted (goal 0); then the server's RSS growth per connection
+   with its thread, idle (reported, no goal).
 
 Usage: python benchmarks/p7_listen.py [--quick] [--deltas N] [--turns N] [--connections N]
 """
@@ -36,36 +37,25 @@ from wsproto.events import AcceptConnection, Request, TextMessage
 _URL = re.compile(rb"listening on: ws://([\d.]+):(\d+)")
 
 
-class _Ws:
-    """`threadline app-server --listen ws://127.0.0.1:0`, driven over one WebSocket."""
+class _Conn:
+    """One WebSocket connection to the listener: wsproto for the handshake, then frames are
+    written and split here (wsproto's per-frame cost in Python would make this client the
+    bottleneck, as P3's stdio client reads raw lines)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        argv = [sys.executable, "-m", "threadline", "app-server", "--listen", "ws://127.0.0.1:0"]
-        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, env=env)
-        assert self.proc.stderr is not None
-        head = b""
-        while not (found := _URL.search(head)):
-            chunk = self.proc.stderr.readline()
-            if not chunk:
-                raise RuntimeError(f"the server did not start: {head.decode()}")
-            head += chunk
-        self.address = (found.group(1).decode(), int(found.group(2)))
-        self.sock, self.ws = self.connect()
-        self.pending: deque[bytes] = deque()
-        self.buffer = b""
-        self.next_id = 0
-
-    def connect(self) -> tuple[socket.socket, WSConnection]:
-        sock = socket.create_connection(self.address)
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.sock = socket.create_connection(address)
         ws = WSConnection(ConnectionType.CLIENT)
-        sock.sendall(ws.send(Request(host="localhost", target="/")))
+        self.ws = ws
+        self.sock.sendall(ws.send(Request(host="localhost", target="/")))
         data = b""
         while b"\r\n\r\n" not in data:  # the 101 response; no frame can follow before a request
-            data += sock.recv(65536)
+            data += self.sock.recv(65536)
         ws.receive_data(data)
         if not any(isinstance(e, AcceptConnection) for e in ws.events()):
             raise RuntimeError(f"the upgrade was refused: {data[:200]!r}")
-        return sock, ws
+        self.pending: deque[bytes] = deque()
+        self.buffer = b""
+        self.next_id = 0
 
     def send(self, method: str, params: Any) -> int:
         self.next_id += 1
@@ -74,10 +64,8 @@ class _Ws:
         return self.next_id
 
     def read_text(self) -> bytes:
-        """The next text message (its UTF-8 bytes). After the handshake, frames are split
-        here rather than by wsproto (whose per-frame cost in Python would make this client
-        the bottleneck, as P3's stdio client reads raw lines): the server's frames are
-        unmasked, and anything but a final text frame is an error."""
+        """The next text message (its UTF-8 bytes). The server's frames are unmasked, and
+        anything but a final text frame is an error."""
         while not self.pending:
             data = self.sock.recv(1 << 20)
             if not data:
@@ -103,14 +91,17 @@ class _Ws:
             pos += head + size
         self.buffer = buf[pos:]
 
-    def call(self, method: str, params: Any) -> Any:
-        rid = self.send(method, params)
+    def reply(self, rid: int, method: str) -> Any:
+        """The result of request `rid`; the messages read before it are dropped."""
         while True:
             msg = json.loads(self.read_text())
             if msg.get("id") == rid and "method" not in msg:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
                 return msg["result"]
+
+    def call(self, method: str, params: Any) -> Any:
+        return self.reply(self.send(method, params), method)
 
     def stream_turn(self, start: tuple[str, Any]) -> tuple[float, int, str]:
         t0 = time.perf_counter()
@@ -134,6 +125,30 @@ class _Ws:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class _Ws(_Conn):
+    """`threadline app-server --listen ws://127.0.0.1:0`, driven over one WebSocket (more
+    with `connect`)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        argv = [sys.executable, "-m", "threadline", "app-server", "--listen", "ws://127.0.0.1:0"]
+        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, env=env)
+        assert self.proc.stderr is not None
+        head = b""
+        while not (found := _URL.search(head)):
+            chunk = self.proc.stderr.readline()
+            if not chunk:
+                raise RuntimeError(f"the server did not start: {head.decode()}")
+            head += chunk
+        self.address = (found.group(1).decode(), int(found.group(2)))
+        super().__init__(self.address)
+
+    def connect(self) -> _Conn:
+        return _Conn(self.address)
+
+    def close(self) -> None:
+        super().close()
         self.proc.terminate()
         self.proc.wait(timeout=60)
 
@@ -175,47 +190,87 @@ def _throughput(base: Path, deltas: int, turns: int) -> Result:
     )
 
 
-def _cancel_and_connections(base: Path, rounds: int, connections: int) -> list[Result]:
-    env = {**os.environ, "THREADLINE_HOME": str(base / "mock-state"), "AGENT_BACKEND": "mock"}
-    ws = _Ws(env)
+def _cancel(ws: _Ws, base: Path, rounds: int) -> Result:
+    ws.call("initialize", {"clientInfo": {"name": "bench", "version": "0"}})
+    tid = ws.call("thread/start", {"modelProvider": "mock", "cwd": str(base)})["thread"]["id"]
     latencies: list[float] = []
-    extra: list[socket.socket] = []
-    try:
-        ws.call("initialize", {"clientInfo": {"name": "bench", "version": "0"}})
-        tid = ws.call("thread/start", {"modelProvider": "mock", "cwd": str(base)})["thread"]["id"]
-        for _ in range(rounds):
-            params = {"threadId": tid, "input": [{"type": "text", "text": "/sleep 30"}]}
-            turn_id = ws.call("turn/start", params)["turn"]["id"]
-            ws.wait_method("turn/started")
-            t0 = time.perf_counter()
-            ws.send("turn/interrupt", {"threadId": tid, "turnId": turn_id})
-            done = ws.wait_method("turn/completed")
-            latencies.append(time.perf_counter() - t0)
-            assert done["params"]["turn"]["status"] == "interrupted", done
-        before = _rss_kb(ws.proc.pid)
-        for _ in range(connections):
-            sock, _conn = ws.connect()
-            extra.append(sock)
-        time.sleep(0.5)
-        per = (_rss_kb(ws.proc.pid) - before) / connections
-    finally:
-        for sock in extra:
-            sock.close()
-        ws.close()
+    for _ in range(rounds):
+        params = {"threadId": tid, "input": [{"type": "text", "text": "/sleep 30"}]}
+        turn_id = ws.call("turn/start", params)["turn"]["id"]
+        ws.wait_method("turn/started")
+        t0 = time.perf_counter()
+        ws.send("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done = ws.wait_method("turn/completed")
+        latencies.append(time.perf_counter() - t0)
+        assert done["params"]["turn"]["status"] == "interrupted", done
     cancel = statistics.median(latencies)
+    return Result(
+        "P7",
+        "turn/interrupt → turn/completed over ws (mock)",
+        ms(cancel),
+        "-",
+        None,
+        "<= 50 ms",
+        cancel <= 0.050,
+    )
+
+
+def _turn_events(conn: _Conn, tid: str, n: int) -> tuple[int, int]:
+    """Read connection `n`'s turn to its end: (events about another thread, lost events: the
+    agent's two messages not both seen in order)."""
+    foreign, texts = 0, []
+    while True:
+        msg = json.loads(conn.read_text())
+        params = msg.get("params") or {}
+        if params.get("threadId", tid) != tid:
+            foreign += 1
+        item = params.get("item") or {}
+        if msg.get("method") == "item/completed" and item.get("type") == "agentMessage":
+            texts.append(item["text"])
+        if msg.get("method") == "turn/completed":
+            return foreign, int(texts != [f"from {n}", f"again {n}"])
+
+
+def _connections(ws: _Ws, base: Path, count: int) -> list[Result]:
+    """`count` connections, each starting a thread; all their turns run at once."""
+    before = _rss_kb(ws.proc.pid)
+    conns = [ws.connect() for _ in range(count)]
+    try:
+        rids = [c.send("initialize", {"clientInfo": {"name": "b", "version": "0"}}) for c in conns]
+        for conn, rid in zip(conns, rids, strict=True):
+            conn.reply(rid, "initialize")
+        start = {"modelProvider": "mock", "cwd": str(base)}
+        rids = [c.send("thread/start", start) for c in conns]
+        pairs = list(zip(conns, rids, strict=True))
+        tids = [c.reply(rid, "thread/start")["thread"]["id"] for c, rid in pairs]
+        t0 = time.perf_counter()
+        for n, (conn, tid) in enumerate(zip(conns, tids, strict=True)):
+            prompt = f"/text from {n}\n/text again {n}"
+            conn.send("turn/start", {"threadId": tid, "input": [{"type": "text", "text": prompt}]})
+        foreign = lost = 0
+        for n, (conn, tid) in enumerate(zip(conns, tids, strict=True)):
+            f, lo = _turn_events(conn, tid, n)
+            foreign, lost = foreign + f, lost + lo
+        took = time.perf_counter() - t0
+        time.sleep(0.5)
+        per = (_rss_kb(ws.proc.pid) - before) / count
+    finally:
+        for conn in conns:
+            conn.close()
     return [
         Result(
             "P7",
-            "turn/interrupt → turn/completed over ws (mock)",
-            ms(cancel),
+            f"{count} connections, a thread and a turn each, at once: events lost / misrouted",
+            f"{lost} / {foreign}",
             "-",
             None,
-            "<= 50 ms",
-            cancel <= 0.050,
+            "0 / 0",
+            lost == 0 and foreign == 0,
+            f"all {count} turns done in {took:.2f} s",
         ),
         Result(
             "P7",
-            f"RSS per idle ws connection ({connections} open)",
+            f"RSS per idle ws connection with its thread ({count} open)",
             f"{per:.0f} kB",
             "-",
             None,
@@ -223,6 +278,15 @@ def _cancel_and_connections(base: Path, rounds: int, connections: int) -> list[R
             True,
         ),
     ]
+
+
+def _cancel_and_connections(base: Path, rounds: int, connections: int) -> list[Result]:
+    env = {**os.environ, "THREADLINE_HOME": str(base / "mock-state"), "AGENT_BACKEND": "mock"}
+    ws = _Ws(env)
+    try:
+        return [_cancel(ws, base, rounds), *_connections(ws, base, connections)]
+    finally:
+        ws.close()
 
 
 def run(
