@@ -5,7 +5,7 @@
    listening on `ws://127.0.0.1:0` (one text frame per message, read with wsproto on a plain
    socket). Ratio ws/stdio, goal >= 0.8.
 2. Cancel (mock backend, a turn sleeping 30 s): `turn/interrupt` sent → `turn/completed`
-   (interrupted) received, over ws; goal <= 50 ms (median).
+   (interrupted) received, over ws and over stdio alternately; goal <= 50 ms (median) over ws.
 3. Connections: C WebSocket connections, each starting a thread, all their turns (mock) run
    at once: events lost or misrouted (goal 0); then the server's RSS growth per connection
    with its thread, idle (reported, no goal).
@@ -29,7 +29,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from _harness import Result, ms, print_table
+from _harness import Result, Threadline, ms, print_table
 from p3_throughput import _DECODE, _replay_cli, _rss_kb, _Stdio, record
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request, TextMessage
@@ -117,11 +117,8 @@ class _Conn:
                     raise RuntimeError(f"turn {status}")
                 return time.perf_counter() - t0, len(parts), "".join(parts)
 
-    def wait_method(self, method: str) -> dict[str, Any]:
-        while True:
-            msg: dict[str, Any] = json.loads(self.read_text())
-            if msg.get("method") == method:
-                return msg
+    def read(self) -> dict[str, Any]:
+        return json.loads(self.read_text())  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.sock.close()
@@ -190,28 +187,41 @@ def _throughput(base: Path, deltas: int, turns: int) -> Result:
     )
 
 
-def _cancel(ws: _Ws, base: Path, rounds: int) -> Result:
-    ws.call("initialize", {"clientInfo": {"name": "bench", "version": "0"}})
-    tid = ws.call("thread/start", {"modelProvider": "mock", "cwd": str(base)})["thread"]["id"]
-    latencies: list[float] = []
-    for _ in range(rounds):
-        params = {"threadId": tid, "input": [{"type": "text", "text": "/sleep 30"}]}
-        turn_id = ws.call("turn/start", params)["turn"]["id"]
-        ws.wait_method("turn/started")
-        t0 = time.perf_counter()
-        ws.send("turn/interrupt", {"threadId": tid, "turnId": turn_id})
-        done = ws.wait_method("turn/completed")
-        latencies.append(time.perf_counter() - t0)
-        assert done["params"]["turn"]["status"] == "interrupted", done
-    cancel = statistics.median(latencies)
+def _wait_method(side: Threadline | _Conn, method: str) -> dict[str, Any]:
+    while True:
+        msg = side.read()
+        if msg.get("method") == method:
+            return msg
+
+
+def _cancel(sides: dict[str, Threadline | _Conn], base: Path, rounds: int) -> Result:
+    """turn/interrupt → turn/completed (interrupted) of a mock turn sleeping 30 s, over ws
+    and stdio alternately."""
+    latencies: dict[str, list[float]] = {name: [] for name in sides}
+    tids: dict[str, str] = {}
+    for name, side in sides.items():
+        side.call("initialize", {"clientInfo": {"name": "bench", "version": "0"}})
+        start = {"modelProvider": "mock", "cwd": str(base)}
+        tids[name] = side.call("thread/start", start)["thread"]["id"]
+    for i in range(rounds):
+        for name, side in sides.items() if i % 2 == 0 else reversed(sides.items()):
+            params = {"threadId": tids[name], "input": [{"type": "text", "text": "/sleep 30"}]}
+            turn_id = side.call("turn/start", params)["turn"]["id"]
+            _wait_method(side, "turn/started")
+            t0 = time.perf_counter()
+            side.send("turn/interrupt", {"threadId": tids[name], "turnId": turn_id})
+            done = _wait_method(side, "turn/completed")
+            latencies[name].append(time.perf_counter() - t0)
+            assert done["params"]["turn"]["status"] == "interrupted", done
+    ws, stdio = (statistics.median(latencies[k]) for k in ("ws", "stdio"))
     return Result(
         "P7",
         "turn/interrupt → turn/completed over ws (mock)",
-        ms(cancel),
-        "-",
-        None,
+        ms(ws),
+        ms(stdio),
+        ws / stdio,
         "<= 50 ms",
-        cancel <= 0.050,
+        ws <= 0.050,
     )
 
 
@@ -282,11 +292,13 @@ def _connections(ws: _Ws, base: Path, count: int) -> list[Result]:
 
 def _cancel_and_connections(base: Path, rounds: int, connections: int) -> list[Result]:
     env = {**os.environ, "THREADLINE_HOME": str(base / "mock-state"), "AGENT_BACKEND": "mock"}
-    ws = _Ws(env)
+    ws, stdio = _Ws(env), Threadline(env)
     try:
-        return [_cancel(ws, base, rounds), *_connections(ws, base, connections)]
+        cancel = _cancel({"ws": ws, "stdio": stdio}, base, rounds)
+        return [cancel, *_connections(ws, base, connections)]
     finally:
         ws.close()
+        stdio.close()
 
 
 def run(
