@@ -32,7 +32,7 @@ from ..server.app import OUTBOX_SIZE, backend_infos
 from ..server.config import ServerConfig
 from ..server.handshake import initialize_response, opt_out_methods
 from ..server.hub import Hub
-from ..server.residency import unload_unfollowed
+from ..server.residency import keep_residency
 from ..server.service import ThreadService
 from ..server.subscriptions import SUBSCRIBING, subscribing, unsubscribe_handler
 from ..store import ThreadStore
@@ -89,7 +89,7 @@ class ListenerServer:
                         backends=self.backends,
                         nursery=engine,
                     )
-                    engine.start_soon(unload_unfollowed, self.service, self.config.unload_after)
+                    engine.start_soon(keep_residency, self.service)
                     async with trio.open_nursery() as conns:
                         conns.start_soon(trio.serve_listeners, self._handle, listeners)
                         if self.exit_when_idle is not None:

@@ -24,7 +24,7 @@ from ..store import ThreadStore
 from . import routes
 from .config import ServerConfig
 from .handshake import Handshake, backend_info, initialize_response, opt_out_methods
-from .residency import unload_unfollowed
+from .residency import keep_residency
 from .service import ThreadService
 from .subscriptions import SUBSCRIBING, subscribing, unsubscribe_handler
 
@@ -105,7 +105,7 @@ class Server:
                     nursery=threads_nursery,
                 )
                 self.service = service
-                threads_nursery.start_soon(unload_unfollowed, service, self.config.unload_after)
+                threads_nursery.start_soon(keep_residency, service)
                 handlers = {"initialize": self._initialize, **routes.handlers(service)}
                 for method in SUBSCRIBING:
                     handlers[method] = subscribing(handlers[method], peer.unsubscribed.discard)

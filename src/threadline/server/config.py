@@ -54,6 +54,9 @@ class ServerConfig:
     approval_timeout: float | None = None
     #: How long a native interrupt may take before the CLI's process group is killed.
     interrupt_grace: float = 5.0
+    #: THREADLINE_IDLE_TIMEOUT: seconds a thread may go without a turn before its CLI is
+    #: stopped (reopened on the same conversation at the next turn).
+    idle_timeout: float = 600.0
     #: THREADLINE_UNLOAD_AFTER: seconds a loaded thread with no subscriber and no running
     #: turn stays loaded (Codex: 30 minutes).
     unload_after: float = 1800.0
@@ -93,6 +96,7 @@ class ServerConfig:
             turn_timeout=_positive(env, "BACKEND_TURN_TIMEOUT", float, "seconds"),
             approval_timeout=_positive(env, "THREADLINE_APPROVAL_TIMEOUT", float, "seconds"),
             interrupt_grace=grace or 5.0,
+            idle_timeout=_positive(env, "THREADLINE_IDLE_TIMEOUT", float, "seconds") or 600.0,
             unload_after=_positive(env, "THREADLINE_UNLOAD_AFTER", float, "seconds") or 1800.0,
             max_request=max_request or DEFAULT_MAX_REQUEST,
             backend_set=bool(

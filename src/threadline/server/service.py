@@ -311,6 +311,7 @@ class ThreadService:
             approval_timeout=_seconds(config, "approvalTimeoutMs", self.config.approval_timeout),
             turn_timeout=_seconds(config, "turnTimeoutMs", self.config.turn_timeout),
             interrupt_grace=self.config.interrupt_grace,
+            idle_timeout=_seconds(config, "idleTimeoutMs", self.config.idle_timeout),
             dynamic_tools=dynamic_tools,
         )
         thread.warnings = warnings

@@ -114,6 +114,7 @@ class LoadedThread:
         approval_timeout: float | None,
         turn_timeout: float | None,
         interrupt_grace: float,
+        idle_timeout: float | None = None,
         dynamic_tools: Sequence[DynamicToolSpec] = (),
     ) -> None:
         self._peer = peer
@@ -130,6 +131,11 @@ class LoadedThread:
         self.capabilities: BackendCapabilities = backend.capabilities(settings.mode)
         self.turn_timeout = turn_timeout
         self.interrupt_grace = interrupt_grace
+        #: Seconds without a turn after which the thread's CLI is stopped (None: never); the
+        #: next turn reopens it on the same conversation (`release_session`).
+        self.idle_timeout = idle_timeout
+        #: trio time of the last turn's start or end (or of loading the thread).
+        self.last_active = trio.current_time()
         self._router = ApprovalRouter(
             peer,
             record.id,
@@ -262,6 +268,17 @@ class LoadedThread:
         self.settings.role_bootstrap_applied = self.record.role_bootstrap_applied
         self.settings.fork_of = None if self.record.backend_session_id else self.record.fork_of
 
+    async def release_session(self) -> bool:
+        """Stop the CLI of a thread with no running turn (an idle policy): the next turn
+        reopens it on the same conversation, without the role bootstrap, with the thread's
+        approvals and session grants as they were. Whether a session was stopped."""
+        async with self._session_lock:
+            if self.session is None or self.running_turn is not None:
+                return False
+            log.info("thread %s: no turn for %ss, stopping its CLI", self.id, self.idle_timeout)
+            await self._close_session()
+            return True
+
     def mark_session_unhealthy(self, reason: str) -> None:
         if self.session is not None and self.session.healthy:
             log.info("thread %s: restarting the session after this turn (%s)", self.id, reason)
@@ -392,6 +409,7 @@ class LoadedThread:
         self.refuse_when_busy()
         run = TurnRun(self, user_input, output_schema=output_schema, compact=compact)
         self.active_turn = run
+        self.last_active = trio.current_time()
         if not self.record.preview:
             self.record.preview = input_text(user_input)[:200]
         self.nursery.start_soon(run.run)
@@ -417,6 +435,7 @@ class LoadedThread:
         if self.active_turn is not None and self.active_turn.id == turn_id:
             self.active_turn = None
         self.finished_turns.add(turn_id)
+        self.last_active = trio.current_time()
         self.record.turn_count += 1
         await self.save_record()
         if self.session is not None and not self.session.healthy:
