@@ -20,6 +20,8 @@ from typing import Any
 from _harness import Result, Threadline, base_env, find_cli, ms
 from tests.fakes.openai_responses import FakeResponses, Rule, Step, Text, codex_env, codex_home
 
+from threadline.backends.codex.invocation import native_binary
+
 
 def direct_turn(codex: str, env: dict[str, str], work: Path, warmup: bool) -> tuple[float, float]:
     proc = subprocess.Popen(
@@ -84,11 +86,15 @@ def measure(runs: int) -> tuple[list[tuple[float, float]], list[tuple[float, flo
     ):
         base = Path(tmp)
         env = base_env(codex_env(codex_home(base, fake.url)))
+        # The same binary on both sides: threadline runs the native codex behind the npm
+        # launcher, with the variables the launcher would set.
+        native, launcher_env = native_binary(codex)
+        direct_env = {**env, **launcher_env}
         work, state = base / "work", base / "state"
         work.mkdir()
         state.mkdir()
         for _ in range(runs):
-            theirs.append(direct_turn(codex, env, work, warmup=True))
+            theirs.append(direct_turn(native, direct_env, work, warmup=True))
             tl = Threadline(
                 {
                     **env,

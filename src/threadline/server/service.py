@@ -629,7 +629,9 @@ class ThreadService:
                 f" ({thread.settings.mode} mode); the final message is not constrained"
             )
         run = thread.start_turn(list(p.input), output_schema=p.output_schema)
-        await thread.save_record()
+        # The record (overrides, preview) is written beside the turn, not before it: its
+        # fsyncs would otherwise delay the prompt reaching the CLI.
+        thread.nursery.start_soon(thread.save_record)
 
         async def sent() -> None:
             for message in warnings:
