@@ -212,7 +212,10 @@ test("two connections on one thread: the first approval answer wins, the other i
 
 test("against a scripted server: the upgrade's headers, binary frames, a close with a reason", T, async (t) => {
   const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
-  t.after(() => new Promise((done) => wss.close(done)));
+  t.after(async () => {
+    for (const ws of wss.clients) ws.terminate();
+    await new Promise((done) => wss.close(done));
+  });
   await new Promise((listening) => wss.once("listening", listening));
   const address = wss.address();
   assert.ok(address !== null && typeof address === "object");
@@ -231,6 +234,7 @@ test("against a scripted server: the upgrade's headers, binary frames, a close w
   });
 
   const client = await ThreadlineClient.connect(`ws://127.0.0.1:${address.port}`, { token: "tok" });
+  t.after(() => client.close({ timeoutMs: 1000 }));
   const diagnostics: Diagnostic[] = [];
   client.onDiagnostic((d) => diagnostics.push(d));
   assert.equal((await client.initialize()).serverInfo.name, "scripted");
