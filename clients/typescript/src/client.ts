@@ -1,11 +1,12 @@
 /**
- * A client for threadline: spawns the server, speaks newline-delimited JSON-RPC over its stdio,
- * and types every request, notification and server request from the generated protocol.
+ * A client for threadline: spawns the server and speaks newline-delimited JSON-RPC over its
+ * stdio, or connects to a running one over WebSocket (`ws://`, `unix://`); types every request,
+ * notification and server request from the generated protocol.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-
 import { ThreadlineExitedError, ThreadlineTimeoutError, JsonRpcError, type ExitInfo } from "./errors.js";
-import { LineSplitter } from "./framing.js";
+import { StdioTransport } from "./stdio.js";
+import type { Diagnostic, Transport } from "./transport.js";
+import { openWebSocket } from "./websocket.js";
 import {
   SERVER_NOTIFICATION_METHODS,
   SERVER_REQUEST_METHODS,
@@ -116,17 +117,7 @@ export interface ClientTool {
   handler: (args: unknown, context: ServerRequestContext) => Promise<ToolResult> | ToolResult;
 }
 
-/** Things worth knowing that are not protocol messages: garbage on stdout, a response nobody
- * waits for, a listener or handler that threw, a notification method this client does not know. */
-export type Diagnostic =
-  | { kind: "invalidLine"; line: string; error: string }
-  | { kind: "unexpectedMessage"; message: unknown }
-  | { kind: "unknownNotification"; method: string; params: unknown }
-  | { kind: "unknownServerRequest"; method: string; params: unknown }
-  | { kind: "listenerError"; error: unknown }
-  | { kind: "handlerError"; method: string; error: unknown }
-  | { kind: "streamError"; stream: "stdin" | "stdout" | "stderr"; error: Error }
-  | { kind: "processError"; error: Error };
+export type { Diagnostic, Transport, TransportEvents } from "./transport.js";
 
 export interface ThreadlineClientOptions {
   /** Executable to run. Default: the first word of `$THREADLINE_COMMAND`, else `threadline`. */
@@ -145,6 +136,20 @@ export interface ThreadlineClientOptions {
   onServerRequest?: ServerRequestHandler;
   /** How much of stderr (characters) {@link ThreadlineClient.stderr} keeps. Default 64 KiB. */
   stderrLimit?: number;
+  /** Carry the session over this transport instead of spawning (`command`, `args`, `env`,
+   * `replaceEnv` and `cwd` are then ignored). {@link ThreadlineClient.connect} makes one. */
+  transport?: Transport;
+}
+
+/** Options of {@link ThreadlineClient.connect}. */
+export interface ConnectOptions {
+  /** Sent as `Authorization: Bearer <token>` with the upgrade (servers started with
+   * `--ws-auth`). */
+  token?: string;
+  /** Give up connecting after this many ms. Default 10000. */
+  timeoutMs?: number;
+  /** Answers server requests that have no per-method handler (see {@link ThreadlineClient.handle}). */
+  onServerRequest?: ServerRequestHandler;
 }
 
 export interface RequestOptions {
@@ -188,7 +193,8 @@ export interface TurnHandle {
 }
 
 export interface CloseOptions {
-  /** How long to wait for a clean exit after closing stdin before SIGTERM. Default 5000. */
+  /** How long to wait for a clean exit after closing stdin before SIGTERM (for a connection:
+   * for the server's close frame before dropping the connection). Default 5000. */
   timeoutMs?: number;
   /** How long to wait after SIGTERM before SIGKILL. Default 2000. */
   killTimeoutMs?: number;
@@ -295,21 +301,11 @@ function belongs(watch: TurnWatch, params: unknown): boolean {
   return scope.turnId === undefined || scope.turnId === watch.turnId;
 }
 
-/** Resolves true when `promise` settles within `ms`, else false (the timer is cleared). */
-function settleWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms);
-    void promise.then(() => {
-      clearTimeout(timer);
-      resolve(true);
-    });
-  });
-}
-
 // ---- the client --------------------------------------------------------------------------------
 
 /**
- * One threadline process and the JSON-RPC session with it.
+ * One JSON-RPC session with threadline: a process it spawned (`new ThreadlineClient(options)`)
+ * or a connection to a running server (`await ThreadlineClient.connect(url, options)`).
  *
  * ```ts
  * const client = new ThreadlineClient({ env: { AGENT_BACKEND: "mock" } });
@@ -320,14 +316,14 @@ function settleWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
  * ```
  */
 export class ThreadlineClient {
-  /** Resolves when the process has exited and its stdout is drained (never rejects). */
+  /** Resolves when the process has exited and its stdout is drained, or the connection has
+   * closed (never rejects). */
   readonly exited: Promise<ExitInfo>;
-  /** The command line that was run. */
+  /** The command line that was run; for a connection, its URL (and no args). */
   readonly command: string;
   readonly args: readonly string[];
 
-  private readonly child: ChildProcessWithoutNullStreams;
-  private readonly splitter = new LineSplitter();
+  private readonly transport: Transport;
   private nextId = 1;
   private readonly pending = new Map<string, Pending>();
   private readonly listeners = new Map<string, Set<(params: never) => void>>();
@@ -346,82 +342,52 @@ export class ThreadlineClient {
 
   constructor(options: ThreadlineClientOptions = {}) {
     const fallback = defaultCommand();
-    this.command = options.command ?? fallback.command;
-    this.args = options.args ? [...options.args] : options.command ? [] : fallback.args;
+    const command = options.command ?? fallback.command;
+    const args = options.args ? [...options.args] : options.command ? [] : fallback.args;
+    this.transport = options.transport ?? new StdioTransport({ ...options, command, args });
+    this.command = this.transport.command;
+    this.args = this.transport.args;
     this.generalHandler = options.onServerRequest;
     this.stderrLimit = options.stderrLimit ?? 64 * 1024;
     this.exited = new Promise<ExitInfo>((resolve) => {
       this.resolveExited = resolve;
     });
 
-    const env: Record<string, string> = {};
-    const layers = options.replaceEnv ? [options.env ?? {}] : [process.env, options.env ?? {}];
-    for (const layer of layers) {
-      for (const [key, value] of Object.entries(layer)) {
-        if (value === undefined) delete env[key];
-        else env[key] = value;
-      }
-    }
-
-    this.child = spawn(this.command, [...this.args], {
-      cwd: options.cwd,
-      env,
-      stdio: ["pipe", "pipe", "pipe"],
+    this.transport.start({
+      message: (text) => this.handleLine(text),
+      log: (text) => {
+        this.stderrTail = (this.stderrTail + text).slice(-this.stderrLimit);
+        for (const listener of this.stderrListeners) this.callListener(() => listener(text));
+      },
+      diagnostic: (diagnostic) => this.diagnose(diagnostic),
+      ended: (info) => this.finish(info),
     });
-    const child = this.child;
-
-    let exitCode: number | null = null;
-    let exitSignal: NodeJS.Signals | null = null;
-    let exitTimer: NodeJS.Timeout | undefined;
-    child.on("error", (error) => {
-      // Spawn failures (ENOENT, EACCES) come here, and there is no 'exit' then.
-      if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) {
-        this.finish({ code: child.exitCode, signal: child.signalCode, error });
-      } else {
-        this.diagnose({ kind: "processError", error });
-      }
-    });
-    child.on("exit", (code, signal) => {
-      exitCode = code;
-      exitSignal = signal;
-      // 'close' follows once stdout is drained; a grandchild holding the pipes open must not
-      // keep the client waiting forever.
-      exitTimer = setTimeout(() => this.finish({ code, signal }), 2000);
-      exitTimer.unref();
-    });
-    child.on("close", (code: number | null, signal: NodeJS.Signals | null) => {
-      if (exitTimer) clearTimeout(exitTimer);
-      this.finish({ code: code ?? exitCode, signal: signal ?? exitSignal });
-    });
-
-    child.stdout.on("data", (chunk: Buffer) => {
-      for (const line of this.splitter.push(chunk)) this.handleLine(line);
-    });
-    child.stdout.on("end", () => {
-      for (const line of this.splitter.end()) this.handleLine(line);
-    });
-    child.stdout.on("error", (error) => this.diagnose({ kind: "streamError", stream: "stdout", error }));
-    child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (text: string) => {
-      this.stderrTail = (this.stderrTail + text).slice(-this.stderrLimit);
-      for (const listener of this.stderrListeners) this.callListener(() => listener(text));
-    });
-    child.stderr.on("error", (error) => this.diagnose({ kind: "streamError", stream: "stderr", error }));
-    // EPIPE after the server exited must not crash the host process.
-    child.stdin.on("error", (error) => this.diagnose({ kind: "streamError", stream: "stdin", error }));
   }
 
-  /** The process id (undefined if it could not be started). */
+  /** Connects to a running threadline (`app-server --listen ws://IP:PORT` or `unix://PATH`):
+   * a WebSocket upgrade, over TCP or the unix socket, carrying `token` as a bearer token; one
+   * JSON-RPC message per text frame. Rejects with `ThreadlineConnectError` when nothing
+   * listens there or the server refuses the upgrade (401: missing or wrong token). `close()`
+   * ends only this connection; the server and its turns go on. */
+  static async connect(url: string, options: ConnectOptions = {}): Promise<ThreadlineClient> {
+    const transport = await openWebSocket(url, options);
+    const clientOptions: ThreadlineClientOptions = { transport };
+    if (options.onServerRequest) clientOptions.onServerRequest = options.onServerRequest;
+    return new ThreadlineClient(clientOptions);
+  }
+
+  /** The process id (undefined if it could not be started, or for a connection). */
   get pid(): number | undefined {
-    return this.child.pid;
+    return this.transport.pid;
   }
 
-  /** The last `stderrLimit` characters threadline wrote to stderr (logs; never protocol). */
+  /** The last `stderrLimit` characters threadline wrote to stderr (logs; never protocol;
+   * empty for a connection). */
   get stderr(): string {
     return this.stderrTail;
   }
 
-  /** Set once the process has exited. */
+  /** Set once the process has exited or the connection has closed. */
   get exitStatus(): ExitInfo | undefined {
     return this.exitInfo;
   }
@@ -429,7 +395,8 @@ export class ThreadlineClient {
   // ---- requests --------------------------------------------------------------------------------
 
   /** Sends a request; resolves with its typed result, rejects with {@link JsonRpcError} on an
-   * error response, {@link ThreadlineExitedError} if the process exits first. */
+   * error response, {@link ThreadlineExitedError} if the process exits (or the connection
+   * closes) first. */
   request<M extends ClientRequestMethod>(
     method: M,
     params: RequestParams<M>,
@@ -803,28 +770,26 @@ export class ThreadlineClient {
   // ---- closing ---------------------------------------------------------------------------------
 
   /** Closes stdin and waits for threadline to exit; after `timeoutMs` sends SIGTERM, after
-   * `killTimeoutMs` more SIGKILL. Pending requests are rejected when the process exits. */
+   * `killTimeoutMs` more SIGKILL. For a connection: sends a close frame and waits `timeoutMs`
+   * for the server's, then drops the connection; the server and its turns go on. Pending
+   * requests are rejected when the process exits or the connection closes. */
   async close(options: CloseOptions = {}): Promise<ExitInfo> {
     const { timeoutMs = 5000, killTimeoutMs = 2000 } = options;
     if (this.exitInfo) return this.exitInfo;
-    if (!this.child.stdin.destroyed) this.child.stdin.end();
-    if (await settleWithin(this.exited, timeoutMs)) return this.exited;
-    this.child.kill("SIGTERM");
-    if (await settleWithin(this.exited, killTimeoutMs)) return this.exited;
-    this.child.kill("SIGKILL");
+    await this.transport.close(timeoutMs, killTimeoutMs);
     return this.exited;
   }
 
-  /** Sends a signal to the process. */
+  /** Sends a signal to the process; for a connection, drops it at once (no close frame). */
   kill(signal: NodeJS.Signals = "SIGTERM"): boolean {
-    return this.child.kill(signal);
+    return this.transport.kill(signal);
   }
 
   // ---- internals -------------------------------------------------------------------------------
 
   private write(message: Json): void {
-    if (this.exitInfo || !this.child.stdin.writable) return;
-    this.child.stdin.write(JSON.stringify(message) + "\n");
+    if (this.exitInfo) return;
+    this.transport.send(JSON.stringify(message));
   }
 
   private handleLine(line: string): void {
@@ -995,7 +960,6 @@ export class ThreadlineClient {
 
   private finish(info: ExitInfo): void {
     if (this.exitInfo) return;
-    for (const line of this.splitter.end()) this.handleLine(line);
     this.exitInfo = info;
     const stderr = this.stderrTail.slice(-4000);
     for (const entry of [...this.pending.values()]) {

@@ -21,17 +21,34 @@ export class JsonRpcError extends Error {
   }
 }
 
-/** How the threadline process ended. */
+/** How the threadline process, or the connection to a running threadline, ended. */
 export interface ExitInfo {
-  /** Exit code, or null when it was killed by a signal or never started. */
+  /** Exit code, or null when it was killed by a signal, never started, or was a connection. */
   code: number | null;
   /** The signal that ended it, if any. */
   signal: NodeJS.Signals | null;
-  /** Set when the process could not be started (e.g. ENOENT) or a stream failed. */
+  /** Set when the process could not be started (e.g. ENOENT), a stream failed, or the
+   * connection failed. */
   error?: Error;
+  /** Set for a connection (`ThreadlineClient.connect`): its URL and the WebSocket close
+   * code and reason (1000: closed normally, 1006: dropped without a close frame). */
+  connection?: { url: string; closeCode: number; closeReason: string };
 }
 
-/** The process exited (or never started) before the operation completed. */
+function describeEnd(exit: ExitInfo): string {
+  const { connection } = exit;
+  if (connection) {
+    const reason = connection.closeReason ? `: ${connection.closeReason}` : "";
+    const how = `the connection to ${connection.url} closed (code ${connection.closeCode}${reason})`;
+    return exit.error ? `${how} after an error: ${exit.error.message}` : how;
+  }
+  if (exit.error) return `could not run threadline: ${exit.error.message}`;
+  if (exit.signal) return `threadline was killed by ${exit.signal}`;
+  return `threadline exited with code ${String(exit.code)}`;
+}
+
+/** The process exited (or never started), or the connection closed, before the operation
+ * completed. */
 export class ThreadlineExitedError extends Error {
   override readonly name = "ThreadlineExitedError";
   readonly exit: ExitInfo;
@@ -39,12 +56,7 @@ export class ThreadlineExitedError extends Error {
   readonly stderr: string;
 
   constructor(what: string, exit: ExitInfo, stderr: string) {
-    const how = exit.error
-      ? `could not run threadline: ${exit.error.message}`
-      : exit.signal
-        ? `threadline was killed by ${exit.signal}`
-        : `threadline exited with code ${String(exit.code)}`;
-    super(`${how} before ${what}` + (stderr ? `\n--- stderr (tail) ---\n${stderr}` : ""));
+    super(`${describeEnd(exit)} before ${what}` + (stderr ? `\n--- stderr (tail) ---\n${stderr}` : ""));
     this.exit = exit;
     this.stderr = stderr;
   }
@@ -55,5 +67,22 @@ export class ThreadlineTimeoutError extends Error {
   override readonly name = "ThreadlineTimeoutError";
   constructor(what: string, timeoutMs: number) {
     super(`${what} timed out after ${timeoutMs} ms`);
+  }
+}
+
+/** `ThreadlineClient.connect` could not open the connection: nothing listens at the
+ * address, or the server refused the WebSocket upgrade (`status` 401: a missing or wrong
+ * token; 403: an `Origin` header). */
+export class ThreadlineConnectError extends Error {
+  override readonly name = "ThreadlineConnectError";
+  /** The URL given to `connect`. */
+  readonly url: string;
+  /** The HTTP status of a refused upgrade; undefined when there was no HTTP answer. */
+  readonly status: number | undefined;
+
+  constructor(url: string, reason: string, status?: number) {
+    super(`could not connect to ${url}: ${reason}`);
+    this.url = url;
+    this.status = status;
   }
 }

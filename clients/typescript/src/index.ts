@@ -7,6 +7,7 @@ export {
   toInput,
   type ClientTool,
   type CloseOptions,
+  type ConnectOptions,
   type Diagnostic,
   type MethodHandler,
   type Notification,
@@ -22,12 +23,20 @@ export {
   type ThreadItem,
   type ThreadlineClientOptions,
   type ToolResult,
+  type Transport,
+  type TransportEvents,
   type TurnHandle,
   type TurnOptions,
   type TurnOverrides,
   type TurnResult,
   type UserInput,
 } from "./client.js";
-export { JsonRpcError, ThreadlineExitedError, ThreadlineTimeoutError, type ExitInfo } from "./errors.js";
+export {
+  JsonRpcError,
+  ThreadlineConnectError,
+  ThreadlineExitedError,
+  ThreadlineTimeoutError,
+  type ExitInfo,
+} from "./errors.js";
 export { LineSplitter } from "./framing.js";
 export * from "./generated/protocol.js";

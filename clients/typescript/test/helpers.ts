@@ -1,10 +1,16 @@
 /** Shared test setup: a real threadline process with the mock backend, in temp directories. */
+import { spawn as spawnProcess } from "node:child_process";
 import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { ThreadlineClient, defaultCommand, type ThreadlineClientOptions } from "../src/index.js";
+import {
+  ThreadlineClient,
+  defaultCommand,
+  type ConnectOptions,
+  type ThreadlineClientOptions,
+} from "../src/index.js";
 
 /** The repository root (this file runs as clients/typescript/dist/test/helpers.js). */
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
@@ -19,12 +25,29 @@ export function tempDir(prefix: string): string {
   return realpathSync(mkdtempSync(join(tmpdir(), `threadline-ts-${prefix}-`)));
 }
 
-/** A test's own THREADLINE_HOME and working directory; `cleanup()` removes both. */
+/** A running `threadline app-server --listen URL` (mock backend). */
+export interface Listener {
+  /** The bound URL from the banner (`ws://127.0.0.1:0` becomes the picked port). */
+  url: string;
+  /** Resolves with the exit code (null when killed by a signal). */
+  exited: Promise<number | null>;
+  stderr(): string;
+  /** SIGTERM (or `signal`), then the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** A test's own THREADLINE_HOME and working directory; `cleanup()` closes the clients, stops
+ * the servers and removes both directories. */
 export interface Sandbox {
   home: string;
   cwd: string;
   /** Spawns threadline (mock backend) with this sandbox's THREADLINE_HOME. */
   spawn(options?: ThreadlineClientOptions): ThreadlineClient;
+  /** Starts `threadline app-server --listen url ...extra` (mock backend, this THREADLINE_HOME)
+   * and waits for its banner. */
+  listen(url: string, extra?: readonly string[]): Promise<Listener>;
+  /** {@link ThreadlineClient.connect}, closed at cleanup. */
+  connect(url: string, options?: ConnectOptions): Promise<ThreadlineClient>;
   cleanup(): Promise<void>;
 }
 
@@ -32,6 +55,7 @@ export function sandbox(): Sandbox {
   const home = tempDir("home");
   const cwd = tempDir("cwd");
   const clients: ThreadlineClient[] = [];
+  const listeners: Listener[] = [];
   return {
     home,
     cwd,
@@ -52,8 +76,43 @@ export function sandbox(): Sandbox {
       clients.push(client);
       return client;
     },
+    async listen(url, extra = []) {
+      const { command, args } = threadlineCommand();
+      const server = spawnProcess(command, [...args, "app-server", "--listen", url, ...extra], {
+        cwd: repoRoot,
+        env: { ...process.env, THREADLINE_HOME: home, AGENT_BACKEND: "mock" },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+      const exited = new Promise<number | null>((done) => server.on("exit", (code) => done(code)));
+      let stderr = "";
+      const bound = await new Promise<string>((ready, failed) => {
+        server.stderr.on("data", (chunk: Buffer) => {
+          stderr += chunk.toString();
+          const match = /listening on: (\S+)/.exec(stderr);
+          if (match?.[1] !== undefined) ready(match[1]);
+        });
+        void exited.then(() => failed(new Error(`the server exited: ${stderr}`)));
+      });
+      const listener: Listener = {
+        url: bound,
+        exited,
+        stderr: () => stderr,
+        async stop(signal = "SIGTERM") {
+          if (server.exitCode === null && server.signalCode === null) server.kill(signal);
+          return exited;
+        },
+      };
+      listeners.push(listener);
+      return listener;
+    },
+    async connect(url, options) {
+      const client = await ThreadlineClient.connect(url, options);
+      clients.push(client);
+      return client;
+    },
     async cleanup() {
       await Promise.all(clients.map((c) => c.close({ timeoutMs: 3000, killTimeoutMs: 1000 })));
+      await Promise.all(listeners.map((l) => l.stop()));
       rmSync(home, { recursive: true, force: true });
       rmSync(cwd, { recursive: true, force: true });
     },

@@ -1,41 +1,21 @@
 /** The client against a remote threadline: a server listening on a unix socket
  * (`app-server --listen unix://…`), reached by spawning `threadline proxy` as the command. */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { textInput } from "../src/index.js";
-import { repoRoot, sandbox, startMockThread, threadlineCommand } from "./helpers.js";
+import { sandbox, startMockThread, threadlineCommand } from "./helpers.js";
 
 const T = { timeout: 30_000 };
 
 test("through threadline proxy: a turn with an approval; the server and its threads outlive the client", T, async (t) => {
   const box = sandbox();
   t.after(() => box.cleanup());
-  const url = `unix://${join(box.home, "tl.sock")}`;
-  const { command, args } = threadlineCommand();
-  const server = spawn(command, [...args, "app-server", "--listen", url], {
-    cwd: repoRoot,
-    env: { ...process.env, THREADLINE_HOME: box.home, AGENT_BACKEND: "mock" },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  const exited = new Promise<number | null>((done) => server.on("exit", (code) => done(code)));
-  t.after(async () => {
-    if (server.exitCode === null) server.kill("SIGTERM");
-    await exited;
-  });
-  let stderr = "";
-  await new Promise<void>((ready, failed) => {
-    server.stderr.on("data", (chunk: Buffer) => {
-      stderr += chunk.toString();
-      if (stderr.includes("listening on")) ready();
-    });
-    server.on("exit", () => failed(new Error(`the server exited: ${stderr}`)));
-  });
+  const server = await box.listen(`unix://${join(box.home, "tl.sock")}`);
 
-  const proxy = { args: [...args, "proxy", "--listen", url] };
+  const proxy = { args: [...threadlineCommand().args, "proxy", "--listen", server.url] };
   const client = box.spawn({ ...proxy, onServerRequest: async () => ({ decision: "accept" }) });
   await client.initialize();
   const threadId = await startMockThread(client, box.cwd);
@@ -55,6 +35,5 @@ test("through threadline proxy: a turn with an approval; the server and its thre
   assert.deepEqual(loaded.data, [threadId]);
   await again.close({ timeoutMs: 5000, killTimeoutMs: 1000 });
 
-  server.kill("SIGTERM");
-  assert.equal(await exited, 0);
+  assert.equal(await server.stop(), 0);
 });
