@@ -80,7 +80,9 @@ class ListenerServer:
         listeners, cleanup = await open_listeners(self.address)
         try:
             async with trio.open_nursery() as root:
-                root.start_soon(self._watch_signals)
+                # The handler is in place before the banner says the server is up: a SIGTERM
+                # right after it ends the server cleanly.
+                await root.start(self._watch_signals)
                 async with trio.open_nursery() as engine:
                     self.service = ThreadService(
                         config=self.config,
@@ -126,8 +128,11 @@ class ListenerServer:
                 self.stop()
                 return
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+            task_status.started()
             async for signum in sigs:
                 log.info("received %s", signal.Signals(signum).name)
                 self.stop()
