@@ -34,7 +34,9 @@ BAD_UTF8 = [b"\xff", b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
 class Op:
     """One operation. `payload` goes out as a message of `opcode` cut at `cuts` (byte offsets)
     with a ping of each `pings` payload after the fragment it is keyed to; `raw` frames go out
-    as they are. `pad_to` pads the payload with JSON whitespace (built when played: 16 MiB)."""
+    as they are. `pad_to` pads the payload to at least that many bytes with `pad` (built when
+    played: 16 MiB); a multi-byte `pad` makes a message over the cap in bytes, not in
+    characters."""
 
     kind: str
     payload: bytes = b""
@@ -44,12 +46,13 @@ class Op:
     raw: tuple[bytes, ...] = ()
     rid: str | None = None
     pad_to: int | None = None
+    pad: bytes = b" "
     #: The close code this operation ends the connection with (None: it does not).
     code: int | None = None
 
     def __repr__(self) -> str:
         payload = self.payload if len(self.payload) < 200 else self.payload[:200] + b"..."
-        extra = f", pad_to={self.pad_to}" if self.pad_to else ""
+        extra = f", pad_to={self.pad_to} with {self.pad!r}" if self.pad_to else ""
         raw = f", raw={[f[:40] for f in self.raw]}" if self.raw else ""
         return f"Op({self.kind}, {payload!r}, cuts={self.cuts}, pings={self.pings}{raw}{extra})"
 
@@ -58,7 +61,7 @@ class Op:
             return list(self.raw)
         payload = self.payload
         if self.pad_to is not None:
-            payload += b" " * (self.pad_to - len(payload))
+            payload += self.pad * -(-(self.pad_to - len(payload)) // len(self.pad))
         bounds = [0, *sorted(min(c, len(payload)) for c in self.cuts), len(payload)]
         frames = []
         for i in range(len(bounds) - 1):
@@ -121,7 +124,8 @@ def huge_op(draw: Any) -> Op:
     over = draw(st.integers(1, 4096))
     fragments = draw(st.integers(1, 3))
     cuts = tuple(CAP * i // fragments for i in range(1, fragments))
-    return Op("huge", request("huge"), cuts=cuts, pad_to=CAP + over, code=1009)
+    pad = draw(st.sampled_from([b" ", "\u00e9".encode(), "\u6f22".encode(), "\U0001f389".encode()]))
+    return Op("huge", request("huge"), cuts=cuts, pad_to=CAP + over, pad=pad, code=1009)
 
 
 def at_cap_op(rid: str = "at-cap") -> Op:
@@ -218,6 +222,7 @@ async def _expect(raw: RawWs, op: Op) -> CloseConnection | None:
             if event.message_finished:
                 answers.append(json.loads(raw.text))
                 raw.text = ""
+                assert op.code is None, f"an answer, not a close {op.code}: {answers} ({op!r})"
         elif isinstance(event, CloseConnection):
             assert op.code is not None, f"closed ({event.code} {event.reason}) after {op!r}"
             assert not answers, f"answers before the close: {answers!r} ({op!r})"
