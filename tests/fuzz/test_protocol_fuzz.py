@@ -6,7 +6,7 @@ writes against `schemas/` (and Codex's schema when available), and the process m
 the end of each test `thread/list` must still answer, RSS must not have grown out of bounds, and
 the server must exit 0 on stdin EOF. The default run sends 10,000 inputs over stdio; the `slow`
 run 100,000. The same cases run over a WebSocket listener (`--listen ws://`, one text frame per
-line) with a fifth of the examples (`WS_SHARE`).
+line) with an eighth of the examples (`WS_SHARE`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 RSS_GROWTH_KB = 32 * 1024
 #: The ws cells run this share of each case's examples (the same properties, fewer inputs: the
 #: transport under test is the framing, which the first few hundred inputs cover).
-WS_SHARE = 5
+WS_SHARE = 8
 
 StartSession = Callable[..., FuzzSession]
 

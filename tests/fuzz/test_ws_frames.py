@@ -4,7 +4,8 @@ mock backend, the default 16 MiB request cap), with wsproto on a raw socket (see
 One listener serves the whole test. An observer connection, opened first, runs a mock turn
 during every case; after each case the observer must have seen that turn's whole stream
 (every delta of both messages, in order, nothing from elsewhere), and the listener must still
-serve: the next case's connection initializes on it, and it exits 0 on SIGTERM at the end."""
+serve: the next case's connection initializes on it, and at the end it exits 0 on SIGTERM having
+logged no traceback (a connection's failure is logged, never raised: look there first)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def frame_server(tmp_path: Path) -> Iterator[tuple[LoopThread[FrameServer], Fram
         yield loop, server
     finally:
         loop.close()
+    stderr = server.listening.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr, f"the listener logged a failure:\n{stderr[-3000:]}"
 
 
 async def run_case(server: FrameServer, ops: list[Op]) -> None:
@@ -157,3 +160,16 @@ def test_each_protocol_error_closes_with_its_code(
     loop, server = frame_server
     for op in frames.PROTOCOL_ERRORS:
         loop.run(run_case, server, [INIT, op])
+
+
+def test_the_cap_counts_utf8_bytes(
+    frame_server: tuple[LoopThread[FrameServer], FrameServer],
+) -> None:
+    """Regression: trio-websocket measured a text message in characters, so a message over the
+    cap in UTF-8 bytes was accepted while it had fewer characters. Exactly the cap in bytes is
+    answered; one byte more closes the connection with 1009."""
+    loop, server = frame_server
+    rid = "\u6f22\U0001f389"
+    at_cap = Op("request", frames.request(rid), cuts=(7,), rid=rid, pad_to=frames.CAP)
+    over = Op("huge", frames.request(rid), cuts=(7,), pad_to=frames.CAP + 1, code=1009)
+    loop.run(run_case, server, [INIT, at_cap, over])
