@@ -13,7 +13,6 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
@@ -97,7 +96,7 @@ class WsServer(ServerProcess):
 @contextlib.asynccontextmanager
 async def running_ws_server(
     nursery: trio.Nursery, home: Path, env: Mapping[str, str] | None = None
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[WsServer]:
     """Start a listener and connect; on exit close the WebSocket, SIGTERM the listener, require
     exit 0 (listening_server) and valid messages."""
     async with listening_server(home, "ws://127.0.0.1:0", env=env) as listening:
