@@ -1,9 +1,9 @@
 """One long-lived threadline subprocess per fuzz test, driven from synchronous hypothesis code.
 
-Hypothesis runs each example as a plain function call, and a trio process belongs to one
-`trio.run`; so the server (`tests.support.client.running_server`, which validates every stdout
-line against `schemas/`) lives in a trio loop on a background thread, and each input is one
-`trio.from_thread.run` call:
+The server lives in a trio loop on a background thread (`loop.LoopThread`) and each input is one
+call into it. The transport is stdio (`tests.support.client.running_server`, which validates every
+stdout line against `schemas/`) or a WebSocket to a listener (`transport.running_ws_server`: one
+text frame per line, every message validated the same way). Each input:
 
 1. drain what the server wrote since the last input (notifications, server→client requests —
    declined a couple of inputs later, unless the fuzzer answered them first); any response
@@ -24,21 +24,20 @@ import contextlib
 import dataclasses
 import json
 import math
-import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import trio
-import trio.from_thread
-import trio.lowlevel
 
 from tests.support.client import ServerProcess, running_server
 
 from . import oracle
+from .loop import LoopThread
+from .transport import WsServer, running_ws_server, unfit_for_frames
 
 T = TypeVar("T")
 
@@ -117,6 +116,7 @@ class FuzzSession:
         initialize: bool = True,
         turns: bool = True,
         cap: int = CAP,
+        transport: Literal["stdio", "ws"] = "stdio",
     ) -> None:
         self.home = home
         self.workdir = workdir
@@ -130,12 +130,9 @@ class FuzzSession:
         self.thread_id = "00000000-0000-7000-8000-000000000000"
         self.last_turn = "00000000-0000-7000-8000-000000000001"
         self._n = 0
+        self.transport = transport
         self._srv: ServerProcess | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = LoopThread(name, self._open)
         self._declines: list[list[Any]] = []  # [request id, inputs seen since]
         self._need_thread = False
         self._started_at = 0.0
@@ -149,28 +146,15 @@ class FuzzSession:
         assert self._srv is not None
         return self._srv
 
-    def _thread_main(self) -> None:
-        try:
-            trio.run(self._main)
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._ready.set()
-
-    async def _main(self) -> None:
+    @contextlib.asynccontextmanager
+    async def _open(self) -> AsyncIterator[ServerProcess]:
         env = {"THREADLINE_MAX_REQUEST_BYTES": str(self.cap), "THREADLINE_LOG_LEVEL": "WARNING"}
-        async with (
-            trio.open_nursery() as nursery,
-            running_server(nursery, self.home, env) as srv,
-        ):
-            self._srv = srv
-            self._token = trio.lowlevel.current_trio_token()
-            self._stop = trio.Event()
-            self._ready.set()
-            await self._stop.wait()
+        opener = running_ws_server if self.transport == "ws" else running_server
+        async with trio.open_nursery() as nursery, opener(nursery, self.home, env) as srv:
+            yield srv
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        return trio.from_thread.run(fn, *args, trio_token=self._token)
+        return self._loop.run(fn, *args)
 
     async def _setup(self) -> None:
         srv = self.srv
@@ -245,6 +229,9 @@ class FuzzSession:
             self._need_thread = False
             self.thread_id = await srv.start_thread(self.workdir)
         window.line = text = self.render(fuzz_input)
+        if self.transport == "ws" and (why := unfit_for_frames(text, self.cap)):
+            window.skipped = why  # the frame-level suite covers these
+            return window
         state = dataclasses.replace(self.state)
         try:
             window.expectations = [
@@ -283,10 +270,7 @@ class FuzzSession:
     # -- the test side ---------------------------------------------------------------------------
 
     def start(self) -> FuzzSession:
-        self._thread = threading.Thread(target=self._thread_main, name=self.name, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(120) or self._error is not None:
-            raise AssertionError(f"the fuzz server did not start: {self._error!r}")
+        self._srv = self._loop.start()
         self.run(self._setup)
         self.rss_before = vm_rss_kb(self.srv.pid)
         self._started_at = time.monotonic()
@@ -336,6 +320,8 @@ class FuzzSession:
             )
         if srv.schema_errors:
             raise AssertionError(f"invalid output: {srv.schema_errors[:3]}{context}")
+        if isinstance(srv, WsServer) and srv.lost:
+            raise AssertionError(f"{srv.lost}{context}\nstderr:\n{srv.stderr_text[-3000:]}")
         if window.strays:
             strays = repr(window.strays)[:1500]
             raise AssertionError(
@@ -377,7 +363,8 @@ class FuzzSession:
 
     def finish(self, *, node: str, min_inputs: int, rss_growth_kb: int) -> None:
         """The end of a test: thread/list still answers, no stray output, RSS bounded, and a
-        clean exit 0 on stdin EOF (checked by running_server, with the schema errors)."""
+        clean exit 0 on stdin EOF, or on SIGTERM for a listener (checked at close, with the
+        schema errors)."""
         try:
             result = self.run(self._final_checks)
             assert isinstance(result.get("data"), list), result
@@ -406,17 +393,7 @@ class FuzzSession:
             self.close()
 
     def close(self) -> None:
-        if self._thread is None:
-            return
-        if self._token is not None and self._stop is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join(120)
-        thread, self._thread = self._thread, None
-        if thread.is_alive():
-            raise AssertionError("the fuzz server's loop did not finish")
-        if self._error is not None:
-            raise self._error
+        self._loop.close()
 
 
 def summary_lines() -> list[str]:

@@ -1,10 +1,12 @@
 """Protocol fuzzing against a real `python -m threadline` (mock backend, 64 KiB request cap).
 
 Each test drives one long-lived server with hypothesis-generated lines; every line is checked
-against the model in `oracle` (exactly the right answer, or none), every stdout line against
-`schemas/` (and Codex's schema when available), and the process must stay up. At the end of each
-test `thread/list` must still answer, RSS must not have grown out of bounds, and the server must
-exit 0 on stdin EOF. The default run sends 10,000 inputs; the `slow` run 100,000.
+against the model in `oracle` (exactly the right answer, or none), every message the server
+writes against `schemas/` (and Codex's schema when available), and the process must stay up. At
+the end of each test `thread/list` must still answer, RSS must not have grown out of bounds, and
+the server must exit 0 on stdin EOF. The default run sends 10,000 inputs over stdio; the `slow`
+run 100,000. The same cases run over a WebSocket listener (`--listen ws://`, one text frame per
+line) with an eighth of the examples (`WS_SHARE`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ pytestmark = pytest.mark.e2e
 #: loaded), the allocator's high-water mark. Seen: at most 1 MiB over a default case, 6 MiB over
 #: the slow batches case (15,000 inputs); a leak of ~2 kB per input fails the slow run.
 RSS_GROWTH_KB = 32 * 1024
+#: The ws cells run this share of each case's examples (the same properties, fewer inputs: the
+#: transport under test is the framing, which the first few hundred inputs cover).
+WS_SHARE = 8
 
 StartSession = Callable[..., FuzzSession]
 
@@ -41,16 +46,16 @@ class Case:
     before_initialize: bool = False
     lines: int = 1
 
-    def min_lines(self, scale: int = 1) -> int:
-        """The fewest lines this case sends. Before initialize, the inputs that would
-        initialize are left out (~3%; 5% allowed)."""
-        lines = self.examples * scale * (1 + self.derived) * self.lines
+    def min_lines(self, examples: int | None = None) -> int:
+        """The fewest lines this case sends (with `examples` examples instead of its own).
+        Before initialize, the inputs that would initialize are left out (~3%; 5% allowed)."""
+        lines = (examples or self.examples) * (1 + self.derived) * self.lines
         return lines * 95 // 100 if self.before_initialize else lines
 
 
-def fuzz(session: FuzzSession, case: Case, node: str, scale: int = 1) -> None:
+def fuzz(session: FuzzSession, case: Case, node: str, examples: int) -> None:
     @settings(
-        max_examples=case.examples * scale,
+        max_examples=examples,
         deadline=None,
         database=None,
         # No shrinking: the server's state moves on with every input, so replaying a smaller
@@ -67,7 +72,7 @@ def fuzz(session: FuzzSession, case: Case, node: str, scale: int = 1) -> None:
             session.check(fuzz_input)
 
     one()
-    session.finish(node=node, min_inputs=case.min_lines(scale), rss_growth_kb=RSS_GROWTH_KB)
+    session.finish(node=node, min_inputs=case.min_lines(examples), rss_growth_kb=RSS_GROWTH_KB)
 
 
 # The default run: at least 10,000 lines in all (see test_fuzz_counts_add_up).
@@ -111,7 +116,15 @@ CASES: dict[str, Case] = {
 def test_protocol_fuzz(name: str, fuzz_session: StartSession) -> None:
     case = CASES[name]
     session = fuzz_session(name=name, initialize=not case.before_initialize)
-    fuzz(session, case, f"fuzz[{name}]")
+    fuzz(session, case, f"fuzz[{name}]", case.examples)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_protocol_fuzz_ws(name: str, fuzz_session: StartSession) -> None:
+    """The same case over a WebSocket listener: one text frame per line, the same oracle."""
+    case = CASES[name]
+    session = fuzz_session(name=name, initialize=not case.before_initialize, transport="ws")
+    fuzz(session, case, f"fuzz-ws[{name}]", case.examples // WS_SHARE)
 
 
 @pytest.mark.slow
@@ -120,7 +133,7 @@ def test_protocol_fuzz_long(name: str, fuzz_session: StartSession) -> None:
     """Ten times the default run (over 100,000 lines), each case on one server."""
     case = CASES[name]
     session = fuzz_session(name=name, initialize=not case.before_initialize)
-    fuzz(session, case, f"fuzz-long[{name}]", scale=10)
+    fuzz(session, case, f"fuzz-long[{name}]", case.examples * 10)
 
 
 @pytest.mark.slow

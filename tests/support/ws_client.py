@@ -1,6 +1,7 @@
 """A test client for threadline's listeners: the real `threadline app-server --listen …`
-process (`listening_server`) and WebSocket connections to it over TCP or a unix socket
-(`WsClient`), one JSON-RPC message per text frame."""
+process (`listening_server`), WebSocket connections to it over TCP or a unix socket
+(`WsClient`, one JSON-RPC message per text frame), and a frame-by-frame client over a raw socket
+(`RawWs`, `client_frame`) that can send what a well-behaved client never would."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from trio_websocket import (
     WebSocketConnection,
     wrap_client_stream,
 )
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
 from tests.support.client import ROOT, server_argv, server_env
 
@@ -202,3 +205,86 @@ def _find(exc: BaseException, kind: type[ConnectionRejected]) -> ConnectionRejec
             if (found := _find(inner, kind)) is not None:
                 return found
     return None
+
+
+# -- frame by frame ------------------------------------------------------------------------------
+
+OPCODES = {"continuation": 0x0, "text": 0x1, "binary": 0x2, "close": 0x8, "ping": 0x9, "pong": 0xA}
+
+
+def client_frame(
+    opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0, masked: bool = True
+) -> bytes:
+    """One client frame, built by hand so it may be anything: a text frame cut inside a UTF-8
+    character, a reserved opcode or bit, an unmasked frame. The mask key is 0 (the payload goes
+    out as it is: masking 16 MiB in Python would take seconds)."""
+    head = bytes([(0x80 if fin else 0) | (rsv & 7) << 4 | opcode])
+    mask = 0x80 if masked else 0
+    n = len(payload)
+    if n < 126:
+        head += bytes([mask | n])
+    elif n < 1 << 16:
+        head += bytes([mask | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([mask | 127]) + n.to_bytes(8, "big")
+    return head + (b"\0\0\0\0" if masked else b"") + payload
+
+
+class RawWs:
+    """A client WebSocket over a raw stream: wsproto does the handshake and reads the server's
+    frames; frames go out as the test builds them (`send_frames`) or through wsproto (`send`)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        self.text = ""
+
+    async def open(self) -> None:
+        await self.stream.send_all(self.ws.send(Request(host="localhost", target="/")))
+        assert isinstance(await self.event(), AcceptConnection)
+
+    async def event(self, timeout: float = 10) -> Any:
+        """The next event wsproto reads (a CloseConnection with code 1006 at EOF)."""
+        with trio.fail_after(timeout):
+            while True:
+                for event in self.ws.events():
+                    return event
+                data = await self.stream.receive_some()
+                self.ws.receive_data(data or None)
+
+    async def message(self, timeout: float = 10) -> Any:
+        """The next whole text message, decoded; a CloseConnection event as it is."""
+        while True:
+            event = await self.event(timeout)
+            if isinstance(event, CloseConnection):
+                return event
+            if isinstance(event, TextMessage):
+                self.text += event.data
+                if event.message_finished:
+                    text, self.text = self.text, ""
+                    return json.loads(text)
+
+    async def send(self, data: str, finished: bool = True) -> None:
+        await self.stream.send_all(self.ws.send(TextMessage(data=data, message_finished=finished)))
+
+    async def send_frames(self, *frames: bytes) -> None:
+        await self.stream.send_all(b"".join(frames))
+
+    async def eof(self, timeout: float = 10) -> bool:
+        """Whether the server closes the socket within `timeout` (what it sends meanwhile is
+        dropped)."""
+        with trio.move_on_after(timeout):
+            try:
+                while await self.stream.receive_some():
+                    pass
+            except trio.BrokenResourceError:
+                pass  # a reset: closed too
+            return True
+        return False
+
+
+async def raw_client(url: str) -> RawWs:
+    host, _, port = url[len("ws://") :].rpartition(":")
+    client = RawWs(await trio.open_tcp_stream(host.strip("[]"), int(port)))
+    await client.open()
+    return client

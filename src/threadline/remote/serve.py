@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
+from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from ..backends.base import Backend
 from ..protocol import CLIENT_METHODS, InitializeParams, InitializeResponse
@@ -41,6 +41,7 @@ from .auth import WsAuth
 from .coalesce import Coalescing
 from .gate import HEALTH_PATHS, answer, read_head
 from .sockets import open_listeners
+from .wsconn import accept_websocket
 
 __all__ = ["ListenerServer"]
 
@@ -176,10 +177,9 @@ class ListenerServer:
             return await answer(stream, conn, 401, why)
         async with trio.open_nursery() as nursery:
             coalescing = Coalescing(PrefixedStream(raw, stream))
-            request = await wrap_server_stream(
+            ws = await accept_websocket(
                 nursery, coalescing, max_message_size=self.config.max_request
             )
-            ws = await request.accept()
             await self._serve(ws, coalescing)
             nursery.cancel_scope.cancel()
 
