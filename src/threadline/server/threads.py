@@ -262,10 +262,15 @@ class LoadedThread:
         self.settings.role_bootstrap_applied = self.record.role_bootstrap_applied
         self.settings.fork_of = None if self.record.backend_session_id else self.record.fork_of
 
-    def mark_session_unhealthy(self, reason: str) -> None:
-        if self.session is not None and self.session.healthy:
+    def mark_session_unhealthy(self, reason: str, *, cut_off: bool = False) -> None:
+        session = self.session
+        if session is None:
+            return
+        if cut_off:
+            session.cut_off = True
+        if session.healthy:
             log.info("thread %s: restarting the session after this turn (%s)", self.id, reason)
-            self.session.healthy = False
+            session.healthy = False
 
     # -- state shared with turns -------------------------------------------------------------
 
