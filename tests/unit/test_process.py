@@ -378,6 +378,17 @@ async def test_terminate_after_leader_exit(pids: set[int]) -> None:
         assert gp.returncode == 7
 
 
+async def test_a_cli_writing_on_its_way_out_is_not_blocked(pids: set[int]) -> None:
+    """Nobody reads the CLI's stdout once the block is over; one that writes more than a pipe
+    holds when it gets SIGTERM still exits by itself (it is not left blocked until SIGKILL)."""
+    script = (
+        "trap 'head -c 1000000 /dev/zero; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
+    )
+    async with sh(script, pids, grace=5) as gp:
+        assert await gp.read_line() == b"ready"
+    assert gp.returncode == 0
+
+
 async def test_concurrent_terminate(pids: set[int]) -> None:
     async with sh("trap '' TERM; echo ready; while :; do sleep 0.05; done", pids, grace=0.3) as gp:
         assert await gp.read_line() == b"ready"
