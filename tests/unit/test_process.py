@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 import trio
 
-from threadline.backends.kit.spawn import open_cli_process
+from threadline.backends.base import SessionSettings, TurnContext, TurnInput, TurnOutcome
+from threadline.backends.kit.spawn import LiveCliSession, open_cli_process, running
 from threadline.backends.registry import SPECS
 from threadline.procs.group import (
     DEFAULT_MAX_LINE,
@@ -376,6 +378,17 @@ async def test_terminate_after_leader_exit(pids: set[int]) -> None:
         assert gp.returncode == 7
 
 
+async def test_a_cli_writing_on_its_way_out_is_not_blocked(pids: set[int]) -> None:
+    """Nobody reads the CLI's stdout once the block is over; one that writes more than a pipe
+    holds when it gets SIGTERM still exits by itself (it is not left blocked until SIGKILL)."""
+    script = (
+        "trap 'head -c 1000000 /dev/zero; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
+    )
+    async with sh(script, pids, grace=5) as gp:
+        assert await gp.read_line() == b"ready"
+    assert gp.returncode == 0
+
+
 async def test_concurrent_terminate(pids: set[int]) -> None:
     async with sh("trap '' TERM; echo ready; while :; do sleep 0.05; done", pids, grace=0.3) as gp:
         assert await gp.read_line() == b"ready"
@@ -483,3 +496,49 @@ async def test_read_json_object_skips_what_is_not_an_object(pids: set[int]) -> N
         assert await gp.read_json_object() == {"type": "a"}
         assert await gp.read_json_object() == {}
         assert await gp.read_json_object() is None
+
+
+# --------------------------------------------------------------------------- live CLI sessions
+
+
+class StdinCli(LiveCliSession):
+    """A "CLI" that exits by itself (status 0) once its stdin is closed, as an idle agent CLI
+    does; `marker` is written when it saw the EOF."""
+
+    process_name = "stdin-cli"
+    exit_grace = 30.0  # long: the test is over long before, unless the session waits for it
+
+    def __init__(self, cwd: Path) -> None:
+        self.settings = SessionSettings(thread_id="t", cwd=str(cwd), mode="m")
+        self.exited = trio.Event()
+        self.closing = trio.Event()
+        self.marker = cwd / "saw-eof"
+
+    def argv(self) -> list[str]:
+        return ["sh", "-c", f"cat >/dev/null; echo eof > {self.marker}"]
+
+    def process_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    async def run_turn(self, turn: TurnInput, ctx: TurnContext) -> TurnOutcome | None:
+        raise AssertionError("no turn here")
+
+
+@pytest.mark.parametrize("cut_off", [False, True])
+async def test_live_session_close_waits_only_for_an_idle_cli(
+    tmp_path: Path, pids: set[int], cut_off: bool
+) -> None:
+    """Closed idle, the CLI gets stdin EOF and exits by itself; closed after a turn was cut
+    off, it is not waited for: its group is terminated at once (SIGTERM)."""
+    session = StdinCli(tmp_path)
+    async with running(session.run_process, session.close):
+        assert session.proc is not None
+        pids.add(session.proc.pid)
+        session.cut_off = cut_off
+    assert session.exited.is_set()
+    if cut_off:
+        assert session.proc.returncode == -signal.SIGTERM
+        assert not session.marker.exists()
+    else:
+        assert session.proc.returncode == 0
+        assert session.marker.read_text() == "eof\n"

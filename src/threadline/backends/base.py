@@ -363,6 +363,10 @@ class BackendSession(abc.ABC):
     #: False once the CLI died or got out of sync; the engine then closes this session and
     #: opens a fresh one (resuming the CLI session) for the next turn.
     healthy: bool = True
+    #: True once the engine cut a turn off (cancelled it without the CLI ending it: server
+    #: shutdown, a timeout, an interrupt the CLI did not answer): the CLI may still be working
+    #: on it, so closing the session must not wait for the CLI to finish and exit by itself.
+    cut_off: bool = False
 
     @abc.abstractmethod
     async def run_turn(self, turn: TurnInput, ctx: TurnContext) -> TurnOutcome | None:

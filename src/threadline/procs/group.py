@@ -20,6 +20,7 @@ would fire when that thread exits, killing a healthy CLI. Linux only (/proc, kil
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -608,9 +609,24 @@ class GroupProcess:
         self._terminating = True
         try:
             with trio.CancelScope(shield=True):
-                await self._terminate(self._grace if grace is None else grace)
+                async with trio.open_nursery() as nursery:
+                    # Whoever read the CLI's stdout is done with it by now; a CLI that writes
+                    # on its way out must not block on the full pipe (qwen's agent answers its
+                    # cancelled prompt with ~0.5 MB, and was only SIGKILLed after the grace).
+                    nursery.start_soon(self._discard_stdout)
+                    await self._terminate(self._grace if grace is None else grace)
+                    nursery.cancel_scope.cancel()
         finally:
             self._terminated.set()
+
+    async def _discard_stdout(self) -> None:
+        stream = self._proc.stdout
+        assert stream is not None
+        with contextlib.suppress(
+            trio.ClosedResourceError, trio.BrokenResourceError, trio.BusyResourceError
+        ):
+            while await stream.receive_some(_CHUNK):
+                pass
 
     async def _terminate(self, grace: float) -> None:
         # (The snapshot also remembers descendants before anything is signalled.)

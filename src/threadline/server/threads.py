@@ -279,10 +279,15 @@ class LoadedThread:
             await self._close_session()
             return True
 
-    def mark_session_unhealthy(self, reason: str) -> None:
-        if self.session is not None and self.session.healthy:
+    def mark_session_unhealthy(self, reason: str, *, cut_off: bool = False) -> None:
+        session = self.session
+        if session is None:
+            return
+        if cut_off:
+            session.cut_off = True
+        if session.healthy:
             log.info("thread %s: restarting the session after this turn (%s)", self.id, reason)
-            self.session.healthy = False
+            session.healthy = False
 
     # -- state shared with turns -------------------------------------------------------------
 

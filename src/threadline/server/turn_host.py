@@ -54,8 +54,9 @@ class TurnHost(Protocol):
         """The thread's healthy session, opened (or reopened) when needed."""
         ...
 
-    def mark_session_unhealthy(self, reason: str) -> None:
-        """Have the session reopened after this turn."""
+    def mark_session_unhealthy(self, reason: str, *, cut_off: bool = False) -> None:
+        """Have the session reopened after this turn; `cut_off`: the turn was cancelled
+        without the CLI ending it (`BackendSession.cut_off`)."""
         ...
 
     async def take_context(self) -> str | None:

@@ -171,7 +171,7 @@ class TurnRun:
             # past its grace): trio lets that through `self._scope`. Still close every item
             # and send exactly one turn/completed, then let the cancellation continue.
             self._backend_done = True
-            self.thread.mark_session_unhealthy("turn cancelled by shutdown")
+            self.thread.mark_session_unhealthy("turn cancelled by shutdown", cut_off=True)
             with trio.CancelScope(shield=True), trio.move_on_after(2):
                 await self._finish("interrupted", None)
             raise
@@ -302,11 +302,13 @@ class TurnRun:
         thread = self.thread
         if self._timed_out:
             status, error = "failed", TurnError(message="Query timed out", codex_error_info="other")
-            thread.mark_session_unhealthy("turn timed out")
+            thread.mark_session_unhealthy("turn timed out", cut_off=True)
         elif self._hard_cancelled or (self._backend_started and self._scope.cancelled_caught):
             # (The second case: an interrupt that came before run_turn was called cancels
             # without `_hard_cancelled`; if run_turn was entered anyway, it was cut off.)
-            thread.mark_session_unhealthy("turn was cancelled without a native interrupt")
+            thread.mark_session_unhealthy(
+                "turn was cancelled without a native interrupt", cut_off=True
+            )
             if status != "failed":
                 status, error = "interrupted", None
         elif self._interrupt_requested and status == "completed":

@@ -57,9 +57,10 @@ class LiveCliSession(b.BackendSession):
 
     `run_process` (run it with `running(session.run_process, session.close)`) starts the CLI,
     lets `opened(proc, nursery)` start reading it and do the handshake, and says it has started;
-    after `close()` it closes the CLI's stdin and gives it `exit_grace` seconds to exit. However
-    the CLI ends, the session is unhealthy, `exited` is set and `ended()` runs. A subclass's
-    `__init__` sets `settings`, `exited` and `closing`."""
+    after `close()` it closes the CLI's stdin and gives it `exit_grace` seconds to exit (none
+    when a turn was `cut_off`: its group is terminated at once). However the CLI ends, the
+    session is unhealthy, `exited` is set and `ended()` runs. A subclass's `__init__` sets
+    `settings`, `exited` and `closing`."""
 
     settings: b.SessionSettings
     proc: GroupProcess | None = None
@@ -98,9 +99,14 @@ class LiveCliSession(b.BackendSession):
                     await self.opened(proc, nursery)
                     task_status.started()
                     await self.closing.wait()
-                    await proc.close_stdin()
-                    with trio.move_on_after(self.exit_grace):
-                        await proc.wait()
+                    # The rule: an idle CLI gets stdin EOF and `exit_grace` to exit by itself
+                    # (claude writes its transcript then); one whose turn was cut off would
+                    # only exit once that turn ends (claude: not within its 5 s), so its group
+                    # is terminated at once (SIGTERM, the group's grace, SIGKILL) on leaving.
+                    if not self.cut_off:
+                        await proc.close_stdin()
+                        with trio.move_on_after(self.exit_grace):
+                            await proc.wait()
                     nursery.cancel_scope.cancel()
         finally:
             self.healthy = False
