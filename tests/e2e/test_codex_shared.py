@@ -231,3 +231,29 @@ async def test_a_hung_app_server_is_retired_without_ending_other_turns(
         done = status_of(by_thread[b])
         assert done["status"] == "completed", done
         assert agent_text(by_thread[b]) == "The slow thread finished after the hang."
+
+
+async def test_threads_with_their_own_codex_config_share_the_process(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    """`codexConfig` goes in the thread's own `thread/start` config: threads that differ in it
+    still share one app-server, each with its own settings."""
+    env = codex_env
+    env.script(Rule("which model", ["This one."]))
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        models = {}
+        for name in ("gpt-alpha-test", "gpt-beta-test"):
+            config = {"codexConfig": {"model": name, "model_reasoning_summary": "none"}}
+            tid = await srv.start_thread(env.work, modelProvider="codex", config=config, **NEVER)
+            t, _ = await turn(srv, tid, "which model")
+            assert t["status"] == "completed", t
+            models[tid] = env.fake.model_requests[-1].model
+        assert sorted(models.values()) == ["gpt-alpha-test", "gpt-beta-test"]
+        assert len(codex_pids(srv, "app-server")) == 1
+        # a key Codex reads for the whole process (here `history`) keeps threads apart
+        config = {"codexConfig": {"history.persistence": "none"}}
+        tid = await srv.start_thread(env.work, modelProvider="codex", config=config, **NEVER)
+        t, _ = await turn(srv, tid, "which model")
+        assert t["status"] == "completed", t
+        assert len(codex_pids(srv, "app-server")) == 2

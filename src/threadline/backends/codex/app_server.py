@@ -36,6 +36,7 @@ from .invocation import (
     _config_flags,
     _convert,
     _exit_error,
+    thread_config,
 )
 from .mcp import APPROVAL_KIND, mcp_config, with_error
 from .models import codex_models
@@ -63,7 +64,8 @@ _KILL_GRACE = 3.0
 
 def app_server_argv(codex: CodexCommand, settings: b.SessionSettings) -> list[str]:
     """The app-server's command line: what must match for two threads to share one."""
-    return [codex.binary, "app-server", *_COMMON_FLAGS, *_config_flags(settings)]
+    flags = _config_flags(settings, process_only=True)
+    return [codex.binary, "app-server", *_COMMON_FLAGS, *flags]
 
 
 class CodexAppServerSession(b.BackendSession):
@@ -199,8 +201,11 @@ class CodexAppServerSession(b.BackendSession):
             params["developerInstructions"] = self.settings.developer_instructions
         if self.settings.base_instructions:
             params["baseInstructions"] = self.settings.base_instructions
+        config = thread_config(self.settings)
         if self.mcp.servers:
-            params["config"] = {"mcp_servers": self.mcp.servers}
+            config["mcp_servers"] = self.mcp.servers
+        if config:
+            params["config"] = config
         if self.settings.backend_session_id:
             # Its messages are this session's from the start (MCP start-up states).
             self.host.claim(self.settings.backend_session_id, self)

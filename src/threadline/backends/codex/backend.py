@@ -4,8 +4,8 @@ App-server mode (default): a thread is a Codex thread on a `codex app-server`, d
 JSON-RPC (which is also ours): our thread ↔ its thread, our turn ↔ its turn. Its notifications
 become normalized events (the engine re-applies every invariant, e.g. it closes the items
 Codex leaves open on interrupt); its approval requests go through our approval router. One
-app-server serves every thread of the server with the same binary, `-c` flags (codexConfig)
-and environment (CODEX_HOME, ...): `pool.CodexPool`, messages routed by Codex thread id
+app-server serves every thread of the server with the same binary, environment (CODEX_HOME,
+...) and process-level `codexConfig` keys: `pool.CodexPool`, messages routed by Codex thread id
 (`host.CodexHost`). Isolation holds per turn: a process that dies fails the turns it was
 running (the other threads resume on a new process at their next turn); one that does not end
 an abandoned turn is retired (new threads get a new process); an interrupt kills only its own

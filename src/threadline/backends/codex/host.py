@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import msgspec
 import trio
 
 from ...procs.group import GroupProcess
@@ -51,9 +52,21 @@ class HostedThread(Protocol):
         ...
 
 
-def _params(message: Incoming) -> dict[str, Any]:
-    params = message.json_params()
-    return params if isinstance(params, dict) else {}
+class _ThreadRef(msgspec.Struct, rename="camel"):
+    thread_id: str | None = None
+
+
+_THREAD_REF = msgspec.json.Decoder(_ThreadRef)
+
+
+def _thread_of(message: Incoming) -> str | None:
+    """The thread a message names (`params.threadId`), decoding nothing else."""
+    if not message.params:
+        return None
+    try:
+        return _THREAD_REF.decode(message.params).thread_id
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 class CodexHost:
@@ -177,7 +190,7 @@ class CodexHost:
             del self.threads[thread_id]
 
     async def _route(self, message: Incoming) -> None:
-        thread_id = _params(message).get("threadId")
+        thread_id = _thread_of(message)
         if thread_id is None:
             if message.id is not None:
                 self.start_soon(self._refuse, message, "threadline does not handle")
@@ -185,13 +198,13 @@ class CodexHost:
             for thread in list(self.threads.values()):
                 await thread.deliver(message)
             return
-        target = self.threads.get(str(thread_id))
+        target = self.threads.get(thread_id)
         if target is not None:
             await target.deliver(message)
         elif message.id is not None:
             self.start_soon(self._refuse, message, "no threadline thread holds the thread of")
         else:
-            kept = self._unclaimed.setdefault(str(thread_id), [])
+            kept = self._unclaimed.setdefault(thread_id, [])
             if len(kept) < _UNCLAIMED_MESSAGES:
                 kept.append(message)
             while len(self._unclaimed) > _UNCLAIMED_THREADS:

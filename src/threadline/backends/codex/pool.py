@@ -1,10 +1,11 @@
 """The app-servers of a server's codex threads: one per (binary, flags, environment),
 shared by every thread that needs that much to match, closed a while after its last thread.
 
-What must match is what Codex takes only for the whole process: the binary, the `-c` flags
-(`config.codexConfig`) and the environment (CODEX_HOME and the rest; not PWD). Everything else
-of a thread (cwd, model, approval and sandbox policy, instructions, MCP servers) goes in its
-`thread/start` / `thread/resume` / `turn/start` params. A process that died is replaced by
+What must match is what Codex takes only for the whole process: the binary, the environment
+(CODEX_HOME and the rest; not PWD) and the `codexConfig` keys in `invocation.PROCESS_KEYS` (as
+`-c` flags). Everything else of a thread (cwd, model, approval and sandbox policy,
+instructions, MCP servers, the rest of `codexConfig`) goes in its `thread/start` /
+`thread/resume` / `turn/start` params. A process that died is replaced by
 the next thread that needs one (the threads that were on it resume their Codex threads on
 the new one at their next turn); a retired one (`CodexHost.retire`) takes no new thread.
 """

@@ -28,9 +28,9 @@ SPEC = BackendSpec(
         "app-server": mode_capabilities(
             (
                 "one `codex app-server` (native binary) shared by the server's codex threads "
-                "with the same binary, `codexConfig` and environment (`THREADLINE_CODEX_SHARED=0`: "
-                "one per thread), each thread a Codex thread on it, proxied 1:1; resume with "
-                "`thread/resume`"
+                "with the same binary and environment (`THREADLINE_CODEX_SHARED=0`: one per "
+                "thread), each thread a Codex thread on it with its own settings (`codexConfig` "
+                "in its `thread/start` config), proxied 1:1; resume with `thread/resume`"
             ),
             "native: `developerInstructions` / `baseInstructions` on thread/start",
             images=True,
