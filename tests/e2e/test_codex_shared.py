@@ -140,17 +140,20 @@ async def test_killed_app_server_fails_only_the_running_turn(
         assert "codex" in message and "killed by SIGKILL" in message, message
         assert_items_balanced(events)
         await env.wait_until(lambda: not os.path.exists(f"/proc/{old}"), "old app-server reaped")
+        # the pool restarts the process at once (its threads' next turns need no start-up)
+        await env.wait_until(lambda: bool(codex_pids(srv, "app-server")), "app-server restarted")
+        [new] = codex_pids(srv, "app-server")
+        assert new != old
 
-        # the other thread (idle on the same process) goes on: a new process, its Codex
-        # thread resumed there with its history
+        # the other thread (idle on the same process) goes on: on the new process, its
+        # Codex thread resumed there with its history
         t0 = time.monotonic()
         t, events = await turn(srv, b, "what was the word")
         env.timings["idle thread's turn after the shared process died"] = time.monotonic() - t0
         assert t["status"] == "completed" and agent_text(events) == "It was KIWI."
         assert "remember the word KIWI" in env.fake.user_texts(-1)
         assert env.fake.model_requests[-1].headers.get("thread-id") == b_codex_thread
-        [new] = codex_pids(srv, "app-server")
-        assert new != old
+        assert codex_pids(srv, "app-server") == [new]
         # and so does the thread whose turn failed, on the same new process
         t, events = await turn(srv, a, "after the crash")
         assert t["status"] == "completed" and agent_text(events) == "Running again."

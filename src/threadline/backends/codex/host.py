@@ -136,6 +136,11 @@ class CodexHost:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """`stop` was called (its end is no crash)."""
+        return self._stop.is_set()
+
     def retire(self, why: str) -> None:
         if not self.retired:
             log.warning("codex app-server %s retired: %s", self.proc, why)

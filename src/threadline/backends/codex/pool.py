@@ -5,13 +5,14 @@ What must match is what Codex takes only for the whole process: the binary, the 
 (CODEX_HOME and the rest; not PWD) and the `codexConfig` keys in `invocation.PROCESS_KEYS` (as
 `-c` flags). Everything else of a thread (cwd, model, approval and sandbox policy,
 instructions, MCP servers, the rest of `codexConfig`) goes in its `thread/start` /
-`thread/resume` / `turn/start` params. A process that died is replaced by
-the next thread that needs one (the threads that were on it resume their Codex threads on
-the new one at their next turn); a retired one (`CodexHost.retire`) takes no new thread.
+`thread/resume` / `turn/start` params. A process that died under its threads
+is replaced at once (the threads that were on it resume their Codex threads on the new one at
+their next turn); a retired one (`CodexHost.retire`) takes no new thread.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,8 @@ from ..kit.spawn import running
 from .host import CodexHost
 
 __all__ = ["IDLE_CLOSE_SECONDS", "CodexPool"]
+
+log = logging.getLogger("threadline.backend.codex")
 
 #: How long an app-server with no thread stays up (the next thread reuses it).
 IDLE_CLOSE_SECONDS = 120.0
@@ -57,9 +60,7 @@ class CodexPool:
         async with self._lock:
             host = self._hosts.get(key)
             if host is None or not host.alive or host.retired:
-                host = CodexHost(argv, cwd, env)
-                await nursery.start(host.run)
-                self._hosts[key] = host
+                host = await self._start(key, argv, cwd, env)
             host.refs += 1
             if host.idle_scope is not None:
                 host.idle_scope.cancel()
@@ -74,6 +75,37 @@ class CodexPool:
                     host.stop()
                 else:
                     nursery.start_soon(self._close_when_idle, key, host)
+
+    async def _start(
+        self, key: _Key, argv: Sequence[str], cwd: str, env: dict[str, str]
+    ) -> CodexHost:
+        """A new process for `key` (the pool's lock held)."""
+        assert self._nursery is not None
+        host = CodexHost(argv, cwd, env)
+        await self._nursery.start(host.run)
+        self._hosts[key] = host
+        self._nursery.start_soon(self._replace_when_crashed, key, host)
+        return host
+
+    async def _replace_when_crashed(self, key: _Key, host: CodexHost) -> None:
+        """A process that ended by itself while threads were on it (a crash: their running
+        turns failed) is replaced at once, so that their next turns resume their Codex
+        threads without waiting for a start-up. The new one closes after the linger if no
+        thread comes back."""
+        await host.exited.wait()
+        if host.stopping or host.refs == 0 or self._nursery is None:
+            return
+        async with self._lock:
+            if self._hosts.get(key) is not host:
+                return  # replaced already
+            del self._hosts[key]
+            try:
+                new = await self._start(key, host.argv, host.cwd, host.env)
+            except Exception as exc:
+                log.warning("codex app-server: restart after a crash failed: %s", exc)
+                return
+        if new.refs == 0:
+            self._nursery.start_soon(self._close_when_idle, key, new)
 
     def _forget(self, key: _Key, host: CodexHost) -> None:
         if self._hosts.get(key) is host:
