@@ -1,8 +1,12 @@
-"""Codex's app-server mode: one `codex app-server` per thread, its JSON-RPC proxied 1:1."""
+"""Codex's app-server mode: a thread is a Codex thread on a `codex app-server` (shared with the
+server's other codex threads of the same binary, flags and environment: `pool.CodexPool`),
+its JSON-RPC proxied 1:1."""
 
 from __future__ import annotations
 
 import logging
+import time
+from contextlib import suppress
 from typing import Any
 
 import msgspec
@@ -11,13 +15,14 @@ import trio
 from ... import protocol as p
 from ...channels import drain, receive_ready_or_none, send_ready
 from ...procs.group import GroupProcess, processes_gone
-from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
+from ...rpc.endpoint import Incoming, ResponseError
 from ...rpc.errors import METHOD_NOT_FOUND, RpcError
 from .. import base as b
 from ..kit.api_errors import ConnectionWatch, is_connection_failure, no_credentials
 from ..kit.mcp import approval_name, is_dynamic
-from ..kit.spawn import LiveCliSession
 from .api import api_failure, provider_url, retry_status
+from .commands import escalate, kill_thread_commands
+from .host import CodexHost
 from .inputs import app_server_input
 from .invocation import (
     _ACTIONS_DECODER,
@@ -31,11 +36,14 @@ from .invocation import (
     _config_flags,
     _convert,
     _exit_error,
+    thread_config,
 )
 from .mcp import APPROVAL_KIND, mcp_config, with_error
 from .models import codex_models
 from .overrides import own_model, turn_overrides
 from .spec import SPEC
+
+__all__ = ["CodexAppServerSession", "app_server_argv"]
 
 log = logging.getLogger("threadline.backend.codex")
 
@@ -46,25 +54,41 @@ _MCP_STARTED = ("ready", "failed", "cancelled")
 #: How long a steer waits for the turn being started to get its Codex turn id (the first
 #: turn waits for the thread's MCP servers first).
 _STEER_WAIT = _MCP_START_WAIT + 10
+#: A thread leaving the app-server while its Codex turn still runs (the engine gave up on
+#: it): how long Codex gets to answer `turn/interrupt` and end the turn before the process
+#: counts as hung and is retired.
+_ABANDON_WAIT = 3.0
+#: How long the commands of an interrupted turn get after SIGTERM before SIGKILL.
+_KILL_GRACE = 3.0
 
 
-class CodexAppServerSession(LiveCliSession):
-    process_name = "codex app-server"  # it exits 0 on stdin EOF
+def app_server_argv(codex: CodexCommand, settings: b.SessionSettings) -> list[str]:
+    """The app-server's command line: what must match for two threads to share one."""
+    flags = _config_flags(settings, process_only=True)
+    return [codex.binary, "app-server", *_COMMON_FLAGS, *flags]
 
-    def __init__(self, settings: b.SessionSettings, codex: CodexCommand) -> None:
+
+class CodexAppServerSession(b.BackendSession):
+    """One thread on an app-server (`host`): `open` starts or resumes its Codex thread,
+    `detach` leaves the process (`thread/unsubscribe`) without stopping it."""
+
+    def __init__(
+        self, settings: b.SessionSettings, codex: CodexCommand, host: CodexHost | None = None
+    ) -> None:
         self.settings = settings
-        self.codex = codex
-        self.proc: GroupProcess | None = None
+        #: (None: a process of the thread's own, not started yet.)
+        self.host = host or CodexHost(app_server_argv(codex, settings), settings.cwd, {})
         self.codex_thread_id: str | None = None
-        self._endpoint: Endpoint | None = None
         self._events_send, self._events = trio.open_memory_channel[Incoming | None](10_000)
+        #: Set once the process has ended or the session left it.
         self.exited = trio.Event()
         self._turn_id: str | None = None
-        self.closing = trio.Event()
+        #: The Codex turn started and not seen completing (the engine may give up on it).
+        self._open_turn: str | None = None
+        self._turn_began = time.monotonic()
         # Command items of the running turn that have not been allowed to run (their approval
         # is pending, declined or cancelled): an interrupt leaves nothing of theirs running.
         self._not_running: set[str] = set()
-        self._nursery: trio.Nursery | None = None  # the process's: background requests
         # Processes `stop_commands` killed in the running turn (pid -> start time).
         self._stopped: dict[int, int] = {}
         #: The provider needs an OpenAI login and `account/read` found none.
@@ -94,39 +118,31 @@ class CodexAppServerSession(LiveCliSession):
         #: A `thread/compact/start` runs (its turn id comes with `turn/started`).
         self._compacting = False
 
-    def argv(self) -> list[str]:
-        return [self.codex.binary, "app-server", *_COMMON_FLAGS, *_config_flags(self.settings)]
+    @property
+    def proc(self) -> GroupProcess | None:
+        return self.host.proc
 
-    # -- process and JSON-RPC plumbing --------------------------------------------------------
+    # -- routing (the host's reader task calls these) ------------------------------------------
 
-    def process_env(self) -> dict[str, str]:
-        return {**self.codex.env(self.settings), **self.mcp.env}
-
-    async def opened(self, proc: GroupProcess, nursery: trio.Nursery) -> None:
+    async def deliver(self, message: Incoming) -> None:
         # Codex's requests reach `_events` in arrival order with its notifications: the
         # running turn answers them (`_server_request`).
-        self._endpoint = Endpoint(
-            proc, name="codex app-server", on_message=self._queue, on_eof=self._ended
-        )
-        self._nursery = nursery
-        nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
-        await self._handshake()
-
-    def ended(self) -> None:
-        self._events_send.close()
-        if self._endpoint is not None:
-            self._endpoint.close("codex app-server has stopped")
-
-    async def _serve(self, endpoint: Endpoint, scope: trio.CancelScope) -> None:
-        """Read codex's output; once it ends (and its pending requests failed), so does the
-        process."""
-        await endpoint.run()
-        scope.cancel()
-
-    async def _queue(self, message: Incoming) -> None:
         if message.id is None and message.method == "mcpServer/startupStatus/updated":
             self._mcp_status(_params(message))
-        await send_ready(self._events_send, message)
+        with suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            await send_ready(self._events_send, message)
+
+    def deliver_nowait(self, message: Incoming) -> None:
+        if message.id is None and message.method == "mcpServer/startupStatus/updated":
+            self._mcp_status(_params(message))
+        with suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            self._events_send.send_nowait(message)
+
+    def host_died(self) -> None:
+        self.healthy = False
+        self.exited.set()
+        with suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            self._events_send.send_nowait(None)
 
     def _mcp_status(self, params: dict[str, Any]) -> None:
         """Record a server's start-up state; once each of the thread's servers has started
@@ -150,68 +166,29 @@ class CodexAppServerSession(LiveCliSession):
                 reason = error or status
                 await ctx.emit(b.Warning(f"MCP server {name!r} failed to start: {reason}"))
 
-    async def _ended(self) -> None:
-        assert self.proc is not None
-        await self.proc.wait()
-        self.healthy = False
-        await self._events_send.send(None)
-
-    def _endpoint_or_exit(self) -> Endpoint:
-        """The connection to the running app-server."""
-        endpoint = self._endpoint
-        if endpoint is None or endpoint.closed is not None or self.exited.is_set():
-            raise _exit_error(self.proc, "is not running")
-        return endpoint
-
-    def _unwritable(self) -> b.BackendError:
-        self.healthy = False
-        return _exit_error(self.proc, "stopped accepting input")
+    # -- JSON-RPC ------------------------------------------------------------------------------
 
     async def request(
         self, method: str, params: Any, timeout: float = 60, sent: trio.Event | None = None
     ) -> Any:
         """Codex's result; raises `ResponseError` for its error answer, `BackendError` when it
         does not answer."""
-        endpoint = self._endpoint_or_exit()
-        sent = trio.Event() if sent is None else sent
+        if self.exited.is_set():
+            raise _exit_error(self.proc, "is not running")
         try:
-            return await endpoint.request(method, params, timeout=timeout, sent=sent)
-        except RequestTimeout:
-            raise b.BackendError(
-                f"codex did not answer {method} within {timeout:.0f} s", codex_error_info="other"
-            ) from None
-        except PeerClosed:
-            if not sent.is_set():
-                raise self._unwritable() from None
-            raise _exit_error(self.proc, f"exited while answering {method}") from None
-
-    async def _notify(self, method: str) -> None:
-        try:
-            await self._endpoint_or_exit().notify(method)
-        except PeerClosed:
-            raise self._unwritable() from None
+            return await self.host.request(method, params, timeout=timeout, sent=sent)
+        except b.BackendError:
+            if not self.host.alive:
+                self.healthy = False
+            raise
 
     async def _respond(self, request: Incoming, result: Any, error: RpcError | None) -> None:
-        """Answer a request of codex's with `result`, or with `error` when there is one."""
-        assert request.id is not None
-        endpoint = self._endpoint_or_exit()
-        try:
-            if error is not None:
-                await endpoint.respond_error(request.id, error.code, error.message)
-            else:
-                await endpoint.respond(request.id, result)
-        except PeerClosed:
-            raise self._unwritable() from None
+        await self.host.respond(request, result, error)
 
-    async def _handshake(self) -> None:
-        await self.request(
-            "initialize",
-            {
-                "clientInfo": {"name": "threadline", "title": "threadline", "version": "1"},
-                "capabilities": {"experimentalApi": False},
-            },
-        )
-        await self._notify("initialized")
+    # -- the thread on the process -------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Start, resume or fork the thread's Codex thread on the process."""
         params: dict[str, Any] = {
             "cwd": self.settings.cwd,
             "approvalPolicy": self.settings.approval_policy,
@@ -224,11 +201,24 @@ class CodexAppServerSession(LiveCliSession):
             params["developerInstructions"] = self.settings.developer_instructions
         if self.settings.base_instructions:
             params["baseInstructions"] = self.settings.base_instructions
+        config = thread_config(self.settings)
         if self.mcp.servers:
-            params["config"] = {"mcp_servers": self.mcp.servers}
+            config["mcp_servers"] = self.mcp.servers
+        if config:
+            params["config"] = config
+        if self.settings.backend_session_id:
+            # Its messages are this session's from the start (MCP start-up states).
+            self.host.claim(self.settings.backend_session_id, self)
         result = await self._open_thread(params)
         thread = (result or {}).get("thread") or {}
         self.codex_thread_id = str(thread.get("id") or self.settings.backend_session_id)
+        self.host.claim(self.codex_thread_id, self)
+        if self.settings.backend_session_id:
+            # A thread still loaded in the process (left by an earlier session of this
+            # thread) keeps the settings it had: the first turn sends them again.
+            self._pending |= {"approvalPolicy", "sandboxPolicy", "cwd"}
+            if own_model(self.settings) is not None:
+                self._pending.add("model")
         if own_model(self.settings) is None:
             self._default_model = (result or {}).get("model")
         self._logged_out = await self._no_login()
@@ -266,20 +256,58 @@ class CodexAppServerSession(LiveCliSession):
             return False
         return bool(account.get("requiresOpenaiAuth")) and account.get("account") is None
 
+    async def detach(self) -> None:
+        """Leave the process: a Codex turn the engine gave up on is interrupted (and its
+        commands killed) first; a process that does not end it in time is retired, as hung.
+        Then `thread/unsubscribe`; the process itself stays up for its other threads."""
+        host, thread_id = self.host, self.codex_thread_id
+        try:
+            if host.alive and thread_id is not None and not self.exited.is_set():
+                if self._open_turn is not None:
+                    await self._abandon_turn(thread_id, self._open_turn)
+                if host.retired:
+                    return  # (hung: no answer to wait for)
+                try:
+                    await self.request("thread/unsubscribe", {"threadId": thread_id}, timeout=5)
+                except (ResponseError, b.BackendError) as exc:
+                    log.info("codex thread/unsubscribe: %s", exc)
+        finally:
+            host.release(self)
+            self.healthy = False
+            self.exited.set()
+            self._events_send.close()
+
+    async def _abandon_turn(self, thread_id: str, turn_id: str) -> None:
+        """End a Codex turn no threadline turn follows any more (see `detach`)."""
+        self.stop_commands(self._turn_began)
+        try:
+            params = {"threadId": thread_id, "turnId": turn_id}
+            await self.request("turn/interrupt", params, timeout=_ABANDON_WAIT)
+        except ResponseError:
+            return  # no such turn running: it has ended
+        except b.BackendError as exc:
+            self.host.retire(f"turn/interrupt of an abandoned turn: {exc.message}")
+            return
+        with trio.move_on_after(_ABANDON_WAIT):
+            while (msg := await receive_ready_or_none(self._events)) is not None:
+                if msg.id is not None:
+                    await self._respond(msg, None, RpcError(METHOD_NOT_FOUND, "turn is over"))
+                elif msg.method == "turn/completed":
+                    return
+            return
+        self.host.retire(f"turn {turn_id} did not end after turn/interrupt")
+
     # -- turns -----------------------------------------------------------------------------------
 
     async def interrupt(self) -> None:
         if self._turn_id is None or self.codex_thread_id is None or self.exited.is_set():
             return
         params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
-        nursery = self._nursery
-        if nursery is None:
-            await self._interrupt(params)
-            return
         # Return once the request is out, not when Codex answers it (its turn/completed ends
         # the turn either way): the engine then kills the running command at once.
         sent = trio.Event()
-        nursery.start_soon(self._interrupt, params, sent)
+        if not self.host.start_soon(self._interrupt, params, sent):
+            return
         await sent.wait()
 
     async def _interrupt(self, params: dict[str, Any], sent: trio.Event | None = None) -> None:
@@ -294,11 +322,17 @@ class CodexAppServerSession(LiveCliSession):
                 sent.set()
 
     def stop_commands(self, since: float) -> None:
-        """Kill the commands Codex started since `since` (the engine calls this right after
-        `interrupt`): Codex runs each in a session of its own (its sandbox helper), and
-        leaves an interrupted one running."""
-        if self.proc is not None and self._turn_id is not None:
-            self._stopped.update(self.proc.kill_escaped(since))
+        """Kill the commands Codex started for this thread since `since` (the engine calls
+        this right after `interrupt`): Codex leaves an interrupted one running. Only this
+        thread's (`commands.kill_thread_commands`): other threads' turns on the same
+        process go on."""
+        proc, thread_id = self.proc, self.codex_thread_id
+        if proc is None or thread_id is None or self.exited.is_set():
+            return
+        killed = kill_thread_commands(proc.pid, thread_id, since)
+        if killed:
+            self._stopped.update(killed)
+            self.host.start_soon(escalate, killed, _KILL_GRACE)
 
     async def _commands_stopped(self) -> bool:
         """Whether `stop_commands` killed something and all of it is gone (given up to
@@ -315,7 +349,7 @@ class CodexAppServerSession(LiveCliSession):
         """Check the app-server can take a turn now; its Codex thread id."""
         if self.codex_thread_id is None or self.exited.is_set():
             raise _exit_error(self.proc, "is not running")
-        # The thread is this child's only thread; drop what arrived between turns.
+        # Drop what arrived for the thread between turns.
         if drain(self._events)[1]:
             raise _exit_error(self.proc, "exited between turns")
         await ctx.set_backend_session_id(self.codex_thread_id)
@@ -327,6 +361,7 @@ class CodexAppServerSession(LiveCliSession):
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         self._started = trio.Event()
+        self._turn_began = time.monotonic()
         try:
             params = await self._turn_params(turn, ctx)
             result = await self.request("turn/start", params)
@@ -338,6 +373,7 @@ class CodexAppServerSession(LiveCliSession):
             self._started.set()
         self._pending.clear()
         self._turn_id = str(((result or {}).get("turn") or {}).get("id") or "")
+        self._open_turn = self._turn_id or None
         return await self._follow(ctx)
 
     async def _turn_params(self, turn: b.TurnInput, ctx: b.TurnContext) -> dict[str, Any]:
@@ -397,6 +433,7 @@ class CodexAppServerSession(LiveCliSession):
         `contextCompaction` item is the engine's, not shown twice)."""
         thread_id = await self._ready(ctx)
         self._compacting, self._turn_id = True, None
+        self._turn_began = time.monotonic()
         try:
             await self.request("thread/compact/start", {"threadId": thread_id})
             return await self._follow(ctx)
@@ -458,9 +495,11 @@ class CodexAppServerSession(LiveCliSession):
                         continue
                     if method == "turn/started" and self._turn_id is None:
                         self._turn_id = str((params.get("turn") or {}).get("id") or "") or None
+                        self._open_turn = self._turn_id
                     if params.get("turnId") not in (None, self._turn_id) and method != "error":
                         continue
                     if method == "turn/completed":
+                        self._open_turn = None
                         outcome = self._outcome(params.get("turn") or {}, final_error)
                         if self._gave_up is not None:
                             nursery.cancel_scope.cancel()
@@ -470,12 +509,9 @@ class CodexAppServerSession(LiveCliSession):
                             and (in_flight_commands - self._not_running)
                             and not await self._commands_stopped()
                         ):
-                            # Codex leaves an interrupted command running: unless the engine's
-                            # `stop_commands` killed it, restart the child (its process group
-                            # dies) and resume the thread next turn. Not for a command still
-                            # waiting for its approval: it never started, and a restart would
-                            # cost the next turn the app-server start-up.
-                            self.healthy = False
+                            # Codex leaves an interrupted command running (not one still
+                            # waiting for its approval: it never started).
+                            await self._kill_leftovers()
                         nursery.cancel_scope.cancel()
                         return outcome
                     if method == "error":
@@ -487,6 +523,21 @@ class CodexAppServerSession(LiveCliSession):
         finally:
             self._turn_id = None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _kill_leftovers(self) -> None:
+        """An interrupted turn's commands that `stop_commands` did not kill: this thread's
+        commands of the turn get SIGKILL. Any that still runs then (unkillable): the process
+        is retired (it stops once its last thread left; its process group dies with it) and
+        this thread resumes on another one."""
+        proc, thread_id = self.proc, self.codex_thread_id
+        if proc is None or thread_id is None:
+            return
+        left = kill_thread_commands(proc.pid, thread_id, self._turn_began)
+        await escalate(left, 0)
+        self._stopped = left
+        if left and not await self._commands_stopped():
+            self.healthy = False
+            self.host.retire(f"an interrupted command of thread {thread_id} does not stop")
 
     async def _error(
         self, params: dict[str, Any], ctx: b.TurnContext, watch: ConnectionWatch
@@ -515,9 +566,9 @@ class CodexAppServerSession(LiveCliSession):
         url = provider_url(self.settings.env, self.settings.config.get("codexConfig"))
         after = watch.elapsed() if status is None else None
         self._gave_up = api_failure(text, status, url, after=after)
-        if self._nursery is not None and self._gave_up is not None:
+        if self._gave_up is not None:
             params = {"threadId": self.codex_thread_id, "turnId": self._turn_id}
-            self._nursery.start_soon(self._interrupt, params)
+            self.host.start_soon(self._interrupt, params)
 
     async def _next_event(self) -> Incoming:
         msg = await receive_ready_or_none(self._events)

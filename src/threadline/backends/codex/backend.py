@@ -1,12 +1,17 @@
 """Codex backend.
 
-App-server mode (default): one `codex app-server` child per thread, driven over its own
+App-server mode (default): a thread is a Codex thread on a `codex app-server`, driven over its
 JSON-RPC (which is also ours): our thread ↔ its thread, our turn ↔ its turn. Its notifications
 become normalized events (the engine re-applies every invariant, e.g. it closes the items
 Codex leaves open on interrupt); its approval requests go through our approval router. One
-child per thread rather than one per server: a crash or a hung turn stays confined to its
-thread, cancel and resume map 1:1, and the start-up (~0.2-0.5 s) is paid at `thread/start`
-(pre-warm), not on a turn. The price is memory per open thread.
+app-server serves every thread of the server with the same binary, environment (CODEX_HOME,
+...) and process-level `codexConfig` keys: `pool.CodexPool`, messages routed by Codex thread id
+(`host.CodexHost`). Isolation holds per turn: a process that dies fails the turns it was
+running (the other threads resume on a new process at their next turn); one that does not end
+an abandoned turn is retired (new threads get a new process); an interrupt kills only its own
+thread's commands (`commands`). `THREADLINE_CODEX_SHARED=0` gives each thread a process of its
+own. The first thread pays the start-up (~0.2-0.5 s) at `thread/start` (pre-warm); later
+threads only a `thread/start`.
 
 Exec mode (`config.mode: "exec"`): `codex exec --json` per turn (`exec resume <id>` later),
 prompt on stdin then EOF (exec blocks until stdin closes), no approvals: policy only via the
@@ -14,8 +19,8 @@ sandbox flags; cancel kills the process group.
 
 Facts (codex 0.169.0, reference/codex-runtime.md): Codex retries an unreachable provider
 forever unless `unbounded_connection_retries` is disabled; an interrupted app-server turn keeps
-its running command alive (threadline kills it, or else restarts the child); resume does not keep
-the sandbox or approval policy (we send them again).
+its running command alive (threadline kills the thread's own commands: `commands`); resume does
+not keep the sandbox or approval policy (we send them again).
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
+import trio
+
 from ... import protocol as p
 from .. import base as b
 from ..kit.session_files import codex_rollouts
-from ..kit.spawn import running
-from .app_server import CodexAppServerSession
+from .app_server import CodexAppServerSession, app_server_argv
 from .exec import CodexExecSession
 from .invocation import CodexCommand
+from .pool import CodexPool
 from .spec import SPEC
 
 __all__ = ["CodexBackend"]
@@ -41,8 +48,12 @@ log = logging.getLogger("threadline.backend.codex")
 class CodexBackend(b.Backend):
     def __init__(self) -> None:
         super().__init__(SPEC)
-        #: The app-servers running for this server's threads (`list_models` asks one).
+        self._pool = CodexPool()
+        #: The app-server sessions of this server's threads (`list_models` asks one).
         self._live: list[CodexAppServerSession] = []
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._pool.attach(nursery)
 
     @asynccontextmanager
     async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
@@ -50,13 +61,19 @@ class CodexBackend(b.Backend):
         if settings.mode == "exec":
             yield CodexExecSession(settings, codex)
             return
-        session = CodexAppServerSession(settings, codex)
-        async with running(session.run_process, session.close):
-            self._live.append(session)
+        shared = settings.env.get("THREADLINE_CODEX_SHARED", "1").strip() not in ("0", "false")
+        argv = app_server_argv(codex, settings)
+        async with self._pool.host(argv, settings.cwd, codex.env(settings), shared=shared) as host:
+            session = CodexAppServerSession(settings, codex, host)
             try:
+                await session.open()
+                self._live.append(session)
                 yield session
             finally:
-                self._live.remove(session)
+                with trio.CancelScope(shield=True):
+                    if session in self._live:
+                        self._live.remove(session)
+                    await session.detach()
 
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
         """Codex's rollout files of the thread (`$CODEX_HOME/sessions/…`, archived ones too)."""

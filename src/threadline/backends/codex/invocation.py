@@ -15,7 +15,7 @@ from ...procs.group import GroupProcess, exit_status
 from ...protocol import CommandAction, ThreadItem, ThreadTokenUsage, TurnError, TurnPlanStep
 from .. import base as b
 
-__all__ = ["CodexCommand", "native_binary"]
+__all__ = ["PROCESS_KEYS", "CodexCommand", "native_binary", "thread_config"]
 
 _STOP_WAIT = 0.5  # how long the commands killed on interrupt get to go before a restart
 
@@ -39,14 +39,50 @@ _ACTIONS_DECODER = msgspec.json.Decoder(list[CommandAction])
 _COMMON_FLAGS = ("--disable", "unbounded_connection_retries")
 
 
-def _config_flags(settings: b.SessionSettings) -> list[str]:
-    """`config.codexConfig` {key: value} → `-c key=<TOML value>` overrides."""
+def _config_flags(settings: b.SessionSettings, *, process_only: bool = False) -> list[str]:
+    """`config.codexConfig` {key: value} → `-c key=<TOML value>` overrides (`process_only`:
+    only those an app-server takes for the whole process, see `PROCESS_KEYS`)."""
     extra = settings.config.get("codexConfig")
     flags: list[str] = []
     if isinstance(extra, dict):
         for key, value in extra.items():
-            flags += ["-c", f"{key}={json.dumps(value)}"]
+            if not process_only or _process_key(key):
+                flags += ["-c", f"{key}={json.dumps(value)}"]
     return flags
+
+
+#: `codexConfig` keys (and tables) an app-server reads for the whole process, or that would
+#: clash with the thread's own `mcp_servers` in `thread/start.config`: given as `-c` flags, so
+#: threads that differ in them run on different processes. Every other key goes in the
+#: thread's `thread/start` / `thread/resume` `config` (codex 0.169.0 takes dotted keys there,
+#: e.g. `model_providers.x.base_url`, and derives the thread's configuration from them).
+PROCESS_KEYS = (
+    "mcp_servers",
+    "otel",
+    "analytics",
+    "feedback",
+    "log_dir",
+    "sqlite_home",
+    "history",
+    "notify",
+    "cli_auth_credentials_store",
+    "mcp_oauth_credentials_store",
+    "chatgpt_base_url",
+    "forced_login_method",
+    "forced_chatgpt_workspace_id",
+)
+
+
+def _process_key(key: str) -> bool:
+    return key.split(".", 1)[0] in PROCESS_KEYS
+
+
+def thread_config(settings: b.SessionSettings) -> dict[str, Any]:
+    """The `codexConfig` keys an app-server takes per thread (see `PROCESS_KEYS`)."""
+    extra = settings.config.get("codexConfig")
+    if not isinstance(extra, dict):
+        return {}
+    return {str(k): v for k, v in extra.items() if not _process_key(str(k))}
 
 
 @dataclass(frozen=True)

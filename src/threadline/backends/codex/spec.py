@@ -27,8 +27,10 @@ SPEC = BackendSpec(
     capabilities={
         "app-server": mode_capabilities(
             (
-                "one `codex app-server` per thread (native binary), proxied 1:1; resume with "
-                "`thread/resume`"
+                "one `codex app-server` (native binary) shared by the server's codex threads "
+                "with the same binary and environment (`THREADLINE_CODEX_SHARED=0`: one per "
+                "thread), each thread a Codex thread on it with its own settings (`codexConfig` "
+                "in its `thread/start` config), proxied 1:1; resume with `thread/resume`"
             ),
             "native: `developerInstructions` / `baseInstructions` on thread/start",
             images=True,
