@@ -9,8 +9,9 @@ server (tests/fakes, 127.0.0.1 only), in the same run:
 2. A new threadline on the same state with `THREADLINE_IDLE_TIMEOUT=1` resumes the T threads
    and waits until their CLIs are released (their processes gone); the growth per thread past
    the first (whose resume also loads the backend's code): "released" (goal <= 200 KB). A
-   shared ACP agent (gemini, opencode: one per directory) outlives its last session by 2
-   minutes, so for them "released" is measured with the agent still up. The row's note
+   shared process (codex: one app-server per environment; gemini, opencode: one agent per
+   directory) outlives its last thread by 2 minutes, so for them "released" is measured with
+   it still up. The row's note
    extrapolates both to 100 threads (goal: <= 2 GB in all, CLIs included).
 3. The first turn on a released thread (`turn/start` → first `item/agentMessage/delta`: the
    CLI is reopened on the thread's conversation) against the CLI spawned cold to resume the
@@ -34,7 +35,7 @@ from _harness import Result, Threadline, cold_first_output, median_row, print_ta
 from p2_second_turn import CLIS, COLD_PROMPT, Setup
 
 #: The CLIs whose agent process is shared by the threads of a directory.
-SHARED = ("gemini", "opencode")
+SHARED = ("codex", "gemini", "opencode")
 #: How long the released CLIs may take to exit.
 RELEASE_WAIT = 30.0
 
@@ -99,7 +100,7 @@ def _live(s: Setup, count: int) -> tuple[list[str], float]:
 
 
 def _released(
-    s: Setup, tids: list[str], runs: int, shared: bool
+    s: Setup, tids: list[str], spare: list[str], shared: bool
 ) -> tuple[float, list[float], list[float]]:
     """Resume `tids` on a server that releases idle CLIs after 1 s; (kB per released thread
     past the first — whose resume also loads the backend's code —, first turns after a
@@ -112,9 +113,11 @@ def _released(
         per = (tree_rss_kb(tl.proc.pid) - before) / max(len(tids) - 1, 1)
         warm: list[float] = []
         cold: list[float] = []
-        for i in range(runs):
+        for i in range(len(spare)):
             warm.append(tl.turn(tids[i], "after the release")[0])
-            sid = _session_id(s, tids[-1 - i])
+            # A session this server never loaded: a loaded one has a writer (codex refuses a
+            # second), and the cold CLI resumes a session nobody holds.
+            sid = _session_id(s, spare[i])
             cold.append(cold_first_output(s.cold_argv(sid), s.env, s.work, COLD_PROMPT, s.is_first))
         return per, warm, cold
     finally:
@@ -145,13 +148,14 @@ def _session_id(s: Setup, tid: str) -> str:
 def measure(name: str, count: int, runs: int) -> list[Result]:
     make, live_label, cold_label = CLIS[name]
     with tempfile.TemporaryDirectory(prefix=f"p10-{name}-") as tmp, make(Path(tmp)) as s:
-        tids, live = _live(s, count)
+        tids, live = _live(s, count + runs)
+        tids, spare = tids[:count], tids[count:]
         if name == "gemini":
             # gemini cannot load a session saved in the same minute, and threadline waits for
             # the next one (docs/backends.md); a real release comes 10 minutes after the
             # thread's last turn, so the measure starts in the next minute too.
             time.sleep(61 - time.time() % 60)
-        released, warm, cold = _released(s, tids, runs, name in SHARED)
+        released, warm, cold = _released(s, tids, spare, name in SHARED)
     return [
         Result(
             "P10",
@@ -182,8 +186,8 @@ def run(
     count = max(threads or (3 if quick else 10), 2)
     runs = min(count, 1 if quick else 5)
     results: list[Result] = []
-    # Quick mode: the CLIs run one process per thread (the idle policy's main case); gemini and
-    # opencode share one agent per directory, which stops 2 minutes after its last session.
+    # Quick mode: claude (a process per thread: the idle policy's main case) and codex (one
+    # shared app-server).
     for name in clis or (["claude", "codex"] if quick else list(CLIS)):
         results += measure(name, count, runs)
     return results
