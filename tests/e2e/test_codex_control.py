@@ -276,6 +276,12 @@ async def check_kept_after_restart(env: CodexEnv, nursery: trio.Nursery, tid: st
         assert rollouts(env, session)
         await srv.call("thread/delete", {"threadId": tid, "deleteBackendSession": True})
         assert not rollouts(env, session)
+        # the shared app-server that held the thread goes on serving, and never writes the
+        # deleted rollout again
+        other = await srv.start_thread(env.work, modelProvider="codex")
+        t, _ = await turn_with(srv, other, "still here?")
+        assert t["status"] == "completed", t
+    assert not rollouts(env, session)
 
 
 async def test_app_server_control_surface(nursery: trio.Nursery, codex_env: CodexEnv) -> None:
