@@ -1,0 +1,103 @@
+"""`TurnEvents`: the caller's side of a turn run on a fleet actor.
+
+It reads the actor's Ray streaming generator (`ObjectRefGenerator`) and yields the turn's
+messages one by one, in order, as Codex wire dicts — with `for` or `async for`. When the actor
+dies mid-turn the stream still ends with the turn's `turn/completed`: status `failed`, and an
+error saying so and what to do (resume the thread on another actor).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from .wire import Message, failed_turn, is_server_request, refusal
+
+__all__ = ["RequestHandler", "TurnEvents", "actor_died"]
+
+log = logging.getLogger("threadline.fleet")
+
+#: Answers a server request (the message as the stream carries it) with its result; raising
+#: declines.
+RequestHandler = Callable[[Message], Any]
+
+
+def actor_died(error: BaseException) -> str:
+    """The readable reason a turn or request failed because its actor is gone."""
+    reason = " ".join(str(error).split())
+    if len(reason) > 300:
+        reason = reason[:300] + "…"
+    return f"the threadline actor died: {reason}; resume the thread on another actor"
+
+
+class TurnEvents:
+    """The messages of one turn: notifications and server requests, ending with
+    `turn/completed`. A server request waits for `Fleet.answer` (or the `on_request`
+    handler given to `Fleet.run_turn`); unanswered, it is declined after the fleet's
+    approval timeout."""
+
+    def __init__(
+        self,
+        actor: Any,
+        thread_id: str,
+        refs: Any,
+        on_request: RequestHandler | None,
+        on_death: Callable[[BaseException], None],
+    ) -> None:
+        """`refs`: the `ObjectRefGenerator` of `actor.run_turn`; `on_death` learns that the
+        actor died."""
+        self._actor = actor
+        self._refs = refs
+        self._on_request = on_request
+        self._on_death = on_death
+        self.thread_id = thread_id
+        #: The turn's id, once its first notification naming it arrived.
+        self.turn_id: str | None = None
+        #: The turn's `turn/completed`, once read.
+        self.completed: Message | None = None
+
+    def __iter__(self) -> Iterator[Message]:
+        try:
+            for ref in self._refs:
+                yield from self._take(ray.get(ref))
+        except RayActorError as exc:
+            yield self._died(exc)
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        try:
+            async for ref in self._refs:
+                for message in self._take(await ref):
+                    yield message
+        except RayActorError as exc:
+            yield self._died(exc)
+
+    def _take(self, batch: list[Message]) -> list[Message]:
+        for message in batch:
+            params = message.get("params") or {}
+            if is_server_request(message):
+                if self._on_request is not None:
+                    self._answer(message)
+                continue
+            if self.turn_id is None:
+                self.turn_id = params.get("turnId") or (params.get("turn") or {}).get("id")
+            if message["method"] == "turn/completed":
+                self.completed = message
+        return batch
+
+    def _answer(self, request: Message) -> None:
+        assert self._on_request is not None
+        try:
+            result = self._on_request(request)
+        except Exception:  # fail closed: a broken handler is a decline
+            log.exception("request handler failed for %s; declining", request["method"])
+            result = refusal(request["method"])
+        self._actor.answer.remote(request["id"], result)
+
+    def _died(self, error: BaseException) -> Message:
+        self._on_death(error)
+        self.completed = failed_turn(self.thread_id, self.turn_id, actor_died(error))
+        return self.completed
