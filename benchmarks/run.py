@@ -31,6 +31,7 @@ SUITE = [
     ("P5", "p5_threads"),
     ("P6", "p6_tool_calls"),
     ("P7", "p7_listen"),
+    ("P11", "p11_fleet"),
 ]
 
 

@@ -8,7 +8,10 @@ history."""
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,8 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray", reason="threadline[ray] is not installed")
+
+from ray.exceptions import RayActorError  # noqa: E402
 
 from threadline.fleet import Fleet  # noqa: E402
 from threadline.fleet.actor import wait_gone  # noqa: E402
@@ -189,3 +194,38 @@ def test_a_killed_actor_fails_its_turns_and_its_threads_resume_on_another(
                 )
                 == "again"
             )
+
+
+def died_within(actor: Any, seconds: float) -> bool:
+    """Whether Ray reports `actor` dead within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.info.remote(), timeout=seconds)
+        except RayActorError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_crashed_server_takes_its_actor_down_and_its_threads_resume(
+    home: Path, workdir: Path
+) -> None:
+    with mock_fleet(2, home) as fleet:
+        tid = fleet.start_thread({"cwd": str(workdir)})["thread"]["id"]
+        actor = fleet.actor_of(tid)
+        [server] = ray.get(actor.info.remote())["children"]
+        stream = iter(fleet.run_turn(tid, "/text working\n/sleep 60"))
+        assert any(m["method"] == "item/agentMessage/delta" for m in stream)
+        os.kill(server, signal.SIGKILL)
+
+        last = list(stream)[-1]
+        assert last["method"] == "turn/completed"
+        assert last["params"]["turn"]["status"] == "failed"
+        assert "resume the thread on another" in last["params"]["turn"]["error"]["message"]
+        # The actor went with its server: Ray reports it dead, the fleet resumes elsewhere.
+        assert died_within(actor, 30)
+        assert fleet.resume(tid)["thread"]["id"] == tid
+        assert fleet.actor_of(tid) is not actor
+        after = list(fleet.run_turn(tid, "/text again"))
+        assert after[-1]["params"]["turn"]["status"] == "completed"

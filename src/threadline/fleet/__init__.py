@@ -1,4 +1,4 @@
-"""A fleet of threadline servers on Ray: `pip install 'threadline[ray]'`.
+"""A fleet of threadline servers on Ray (the `ray` extra: `pip install '.[ray]'` in a checkout).
 
     import ray
     from threadline.fleet import Fleet

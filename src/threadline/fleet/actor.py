@@ -13,6 +13,7 @@ ends with the turn's `turn/completed`. `Fleet.run_turn` flattens the batches.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ class ThreadlineActor:
         argv: Sequence[str] | None = None,
         approval_timeout: float = 600.0,
     ) -> None:
-        self._host = ServerHost(env, argv, approval_timeout)
+        self._host = ServerHost(env, argv, approval_timeout, on_exit=_die)
 
     def info(self) -> dict[str, Any]:
         """Where this actor runs: its pid, its node and the pids of its children (the
@@ -93,6 +94,13 @@ class ThreadlineActor:
     def close(self) -> None:
         """Stop the server (stdin EOF: it ends its turns and kills its CLIs)."""
         self._host.close()
+
+
+def _die() -> None:
+    """The server exited by itself: the actor goes too (after a moment, for the failed turns
+    to reach their callers), so Ray reports it dead and the fleet replaces it, as for any
+    actor death. An actor without its server would only answer errors."""
+    threading.Timer(0.5, os._exit, (1,)).start()
 
 
 def wait_gone(pids: Sequence[int], timeout: float) -> bool:

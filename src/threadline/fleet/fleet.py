@@ -23,7 +23,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from .actor import ThreadlineActor
-from .turn_events import RequestHandler, TurnEvents, actor_died
+from .turn_events import ACTOR_GONE, RequestHandler, TurnEvents, actor_died
 from .wire import Message
 
 __all__ = ["ActorLost", "Fleet", "Slot"]
@@ -133,11 +133,14 @@ class Fleet:
                 return
             slot.dead = True
             self._slots[slot.index] = self._new_slot(slot.index)
+        ray.kill(slot.handle)  # dead already, or about to exit with its server
 
     def _get(self, slot: Slot, ref: Any) -> Any:
         try:
             return ray.get(ref)
-        except RayActorError as exc:
+        except ActorUnavailableError:
+            raise  # unreachable for now (Ray retries), not dead
+        except ACTOR_GONE as exc:
             self._lost(slot, exc)
             raise ActorLost(actor_died(exc)) from exc
 
@@ -153,16 +156,27 @@ class Fleet:
 
     def resume(self, thread_id: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """`thread/resume` on the thread's actor if it lives, else on the least-loaded live
-        one (history from the shared THREADLINE_HOME)."""
+        one (history from the shared THREADLINE_HOME). An actor found dead on the way is
+        replaced and the thread resumed on another."""
         with self._lock:
             old = self._where.get(thread_id)
-        slot, after = old, None
-        if slot is None or slot.dead:
-            slot = self._place()
-            after = old.info() if old is not None else None
-        result: dict[str, Any] = self._get(
-            slot, slot.handle.resume.remote(thread_id, dict(params or {}), after)
-        )
+        try:
+            if old is not None and not old.dead:
+                return self._resume_on(old, thread_id, params, None)
+        except ActorLost:
+            pass
+        dead = old.info() if old is not None else None
+        return self._resume_on(self._place(), thread_id, params, dead)
+
+    def _resume_on(
+        self,
+        slot: Slot,
+        thread_id: str,
+        params: Mapping[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        ref = slot.handle.resume.remote(thread_id, dict(params or {}), after)
+        result: dict[str, Any] = self._get(slot, ref)
         self._assign(thread_id, slot)
         return result
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,8 +74,12 @@ class ServerHost:
         argv: Sequence[str] | None = None,
         approval_timeout: float = 600.0,
         start_timeout: float = 60.0,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
+        """`on_exit` is called (in the host's thread) when the server exits by itself, after
+        its running turns were ended `failed`."""
         self.approval_timeout = approval_timeout
+        self._on_exit = on_exit
         self._env = dict(env or {})
         self._argv = list(argv) if argv is not None else None
         self._started = threading.Event()
@@ -117,11 +121,20 @@ class ServerHost:
         self._fail_turns("the threadline server was stopped")
 
     async def _watch_server(self, client: Client) -> None:
-        """The server's output ending (it exited) fails the running turns."""
-        async for _ in client.subscribe():
-            pass
+        """The server's output ending (it exited) fails the running turns. The subscription
+        only shows that end: it is drained a few times a second, not woken per message."""
+        with client.subscribe() as updates, suppress(trio.EndOfChannel):
+            while True:
+                await updates.receive()
+                await trio.sleep(0.2)
+                with suppress(trio.WouldBlock):
+                    while True:
+                        updates.receive_nowait()
+        by_itself = not self._stop.is_set()  # else `close()` stopped it
         self._fail_turns("the threadline server exited")
         self._stop.set()
+        if by_itself and self._on_exit is not None:
+            self._on_exit()
 
     def _fail_turns(self, why: str) -> None:
         for turn in list(self._turns.values()):

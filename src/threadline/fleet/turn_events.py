@@ -15,9 +15,10 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from .host import HostClosed
 from .wire import Message, failed_turn, is_server_request, refusal
 
-__all__ = ["RequestHandler", "TurnEvents", "actor_died"]
+__all__ = ["ACTOR_GONE", "RequestHandler", "TurnEvents", "actor_died"]
 
 log = logging.getLogger("threadline.fleet")
 
@@ -26,11 +27,19 @@ log = logging.getLogger("threadline.fleet")
 RequestHandler = Callable[[Message], Any]
 
 
+#: What ends a turn or a request because the actor is gone, or is going: Ray's report of its
+#: death, or its server having exited (the actor then exits too).
+ACTOR_GONE = (RayActorError, HostClosed)
+
+
 def actor_died(error: BaseException) -> str:
     """The readable reason a turn or request failed because its actor is gone."""
-    reason = " ".join(str(error).split())
-    if len(reason) > 300:
-        reason = reason[:300] + "…"
+    if isinstance(error, HostClosed):
+        reason = "its threadline server exited"
+    else:
+        reason = " ".join(str(error).split())
+        if len(reason) > 300:
+            reason = reason[:300] + "…"
     return f"the threadline actor died: {reason}; resume the thread on another actor"
 
 
@@ -64,7 +73,7 @@ class TurnEvents:
         try:
             for ref in self._refs:
                 yield from self._take(ray.get(ref))
-        except RayActorError as exc:
+        except ACTOR_GONE as exc:
             yield self._died(exc)
 
     async def __aiter__(self) -> AsyncIterator[Message]:
@@ -72,7 +81,7 @@ class TurnEvents:
             async for ref in self._refs:
                 for message in self._take(await ref):
                     yield message
-        except RayActorError as exc:
+        except ACTOR_GONE as exc:
             yield self._died(exc)
 
     def _take(self, batch: list[Message]) -> list[Message]:
