@@ -109,7 +109,7 @@ def command_item(messages: list[Message]) -> dict[str, Any]:
 
 
 def test_approvals_go_to_the_caller_and_fail_closed(home: Path, workdir: Path) -> None:
-    with mock_fleet(1, home, approval_timeout=1.0) as fleet:
+    with mock_fleet(1, home, approval_timeout=2.0) as fleet:
         tid = fleet.start_thread({"cwd": str(workdir)})["thread"]["id"]
 
         # The request is in the stream; the caller answers it through the fleet.
@@ -132,6 +132,17 @@ def test_approvals_go_to_the_caller_and_fail_closed(home: Path, workdir: Path) -
         messages = list(fleet.run_turn(tid, "/run echo no > broken.txt", on_request=broken))
         assert command_item(messages)["status"] == "declined"
         assert not (workdir / "broken.txt").exists()
+
+        # The caller stops reading: its request is declined then and there.
+        for message in fleet.run_turn(tid, "/run echo gone > gone.txt"):
+            if "id" in message:
+                break
+        assert fleet.answer(message, {"decision": "accept"}) is False
+        turns = fleet.read(tid)["thread"]["turns"]
+        while turns[-1]["status"] == "inProgress":
+            time.sleep(0.05)
+            turns = fleet.read(tid)["thread"]["turns"]
+        assert not (workdir / "gone.txt").exists()
 
         # Nobody answers: declined once the approval timeout passes; a late answer is refused.
         messages = list(fleet.run_turn(tid, "/run echo late > late.txt"))

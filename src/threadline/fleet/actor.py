@@ -83,6 +83,11 @@ class ThreadlineActor:
             wait_gone(after.get("children", []), float(after.get("wait", 10.0)))
         return self._host.request("thread/resume", {**(params or {}), "threadId": thread_id})
 
+    def abandon(self, thread_id: str, turn_id: str | None = None) -> None:
+        """The caller stopped reading the thread's running turn (`turn_id`, when known):
+        its pending and later server requests are declined."""
+        self._host.abandon_thread(thread_id, turn_id)
+
     def interrupt(self, thread_id: str, turn_id: str) -> None:
         self._host.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id})
 

@@ -285,6 +285,16 @@ class ServerHost:
         with suppress(HostClosed):
             self._call(self._abandon, turn)
 
+    def abandon_thread(self, thread_id: str, turn_id: str | None) -> None:
+        """`abandon` the thread's running turn, if it is `turn_id` (any, for None)."""
+        with suppress(HostClosed):
+            self._call(self._abandon_thread, thread_id, turn_id)
+
+    async def _abandon_thread(self, thread_id: str, turn_id: str | None) -> None:
+        turn = self._turns.get(thread_id)
+        if turn is not None and turn_id in (None, turn.turn_id):
+            await self._abandon(turn)
+
     async def _abandon(self, turn: _Turn) -> None:
         turn.abandoned = True
         for request_id in list(turn.pending):

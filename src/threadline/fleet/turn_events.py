@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import suppress
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from .host import HostClosed
-from .wire import Message, failed_turn, is_server_request, refusal
+from .wire import Message, failed_turn, is_server_request
 
 __all__ = ["ACTOR_GONE", "RequestHandler", "TurnEvents", "actor_died"]
 
@@ -68,6 +69,7 @@ class TurnEvents:
         self.turn_id: str | None = None
         #: The turn's `turn/completed`, once read.
         self.completed: Message | None = None
+        self._closed = False
 
     def __iter__(self) -> Iterator[Message]:
         try:
@@ -75,6 +77,8 @@ class TurnEvents:
                 yield from self._take(ray.get(ref))
         except ACTOR_GONE as exc:
             yield self._died(exc)
+        finally:
+            self.close()
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         try:
@@ -83,6 +87,16 @@ class TurnEvents:
                     yield message
         except ACTOR_GONE as exc:
             yield self._died(exc)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop reading the turn (leaving a `for` early, or dropping the iterator, does it
+        too): its pending and later server requests are declined; the turn runs on."""
+        if self.completed is None and not self._closed:
+            self._closed = True
+            with suppress(*ACTOR_GONE, GetTimeoutError):
+                ray.get(self._actor.abandon.remote(self.thread_id, self.turn_id), timeout=10)
 
     def _take(self, batch: list[Message]) -> list[Message]:
         for message in batch:
@@ -101,9 +115,9 @@ class TurnEvents:
         assert self._on_request is not None
         try:
             result = self._on_request(request)
-        except Exception:  # fail closed: a broken handler is a decline
+        except Exception:  # fail closed: no answer is a decline (or a failed tool call)
             log.exception("request handler failed for %s; declining", request["method"])
-            result = refusal(request["method"])
+            result = None
         self._actor.answer.remote(request["id"], result)
 
     def _died(self, error: BaseException) -> Message:

@@ -24,9 +24,10 @@ def refusal(method: str) -> dict[str, Any]:
     no answers for questions."""
     if method == "item/tool/requestUserInput":
         return {"answers": {}}
-    if method in SERVER_REQUESTS:
+    if method in SERVER_REQUESTS and "Approval" in method:
         return {"decision": "decline"}
-    raise ValueError(f"no fail-closed answer for {method}")
+    # Anything else (a client tool call) fails: the client's handler raising answers an error.
+    raise ValueError(f"no answer for {method}")
 
 
 def failed_turn(thread_id: str, turn_id: str | None, message: str) -> Message:
