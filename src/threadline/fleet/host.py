@@ -183,7 +183,7 @@ class ServerHost:
             raise HostClosed("the threadline server of this host has exited")
         try:
             return trio.from_thread.run(fn, *args, trio_token=self._token)
-        except trio.RunFinishedError:
+        except (trio.RunFinishedError, trio.Cancelled):  # the run ended meanwhile
             raise HostClosed("the threadline server of this host has exited") from None
 
     # -- requests --------------------------------------------------------------------------------
@@ -265,7 +265,10 @@ class ServerHost:
 
     def next_batch(self, turn: _Turn, limit: int = MAX_BATCH) -> list[Message]:
         """The turn's next messages in order (waits for at least one); [] once it ended."""
-        batch: list[Message] = self._call(self._next_batch, turn, limit)
+        try:
+            batch: list[Message] = self._call(self._next_batch, turn, limit)
+        except HostClosed:
+            return _drain(turn, limit)  # what the server's end queued is still to be read
         return batch
 
     async def _next_batch(self, turn: _Turn, limit: int) -> list[Message]:
@@ -306,3 +309,12 @@ class ServerHost:
             with suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
         self._thread.join(timeout)
+
+
+def _drain(turn: _Turn, limit: int) -> list[Message]:
+    """The turn's queued messages once the trio run is over (nothing more can come)."""
+    batch: list[Message] = []
+    with suppress(trio.WouldBlock, trio.EndOfChannel):
+        while len(batch) < limit:
+            batch.append(turn.receive.receive_nowait())
+    return batch
