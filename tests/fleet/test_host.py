@@ -12,12 +12,13 @@ import pytest
 
 from threadline.fleet.actor import child_pids
 from threadline.fleet.host import HostClosed, ServerHost
+from threadline.fleet.wire import decode
 
 
 def read_turn(host: ServerHost, turn: object) -> list[dict]:
     messages: list[dict] = []
     while batch := host.next_batch(turn):  # type: ignore[arg-type]
-        messages += batch
+        messages += decode(batch)
     return messages
 
 
@@ -30,7 +31,7 @@ def test_a_turn_reads_in_wire_order_and_requests_are_answered_by_id(
         turn = host.start_turn(tid, "/run echo hi > hi.txt", {})
         messages: list[dict] = []
         while batch := host.next_batch(turn):
-            for message in batch:
+            for message in decode(batch):
                 messages.append(message)
                 if "id" in message:
                     assert host.answer(message["id"], {"decision": "accept"})
@@ -59,10 +60,14 @@ def test_a_server_that_dies_mid_turn_fails_the_turn(home: Path, workdir: Path) -
     try:
         tid = host.request("thread/start", {"cwd": str(workdir)})["thread"]["id"]
         turn = host.start_turn(tid, "/text working\n/sleep 60", {})
-        [server] = set(child_pids(os.getpid())) - others
-        first = host.next_batch(turn)
+        [server] = [
+            pid
+            for pid in set(child_pids(os.getpid())) - others
+            if b"threadline" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        first = decode(host.next_batch(turn))
         while not any(m["method"] == "item/agentMessage/delta" for m in first):
-            first += host.next_batch(turn)
+            first += decode(host.next_batch(turn))
         os.kill(server, signal.SIGKILL)
         last = read_turn(host, turn)[-1]
         assert last["method"] == "turn/completed"

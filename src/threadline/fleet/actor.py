@@ -5,9 +5,10 @@ threads while it waits for the next notifications, and requests, answers and int
 beside them. Every message is Codex wire JSON.
 
 `run_turn` is a Ray streaming generator (`num_returns="streaming"`): each yield is a batch of
-the turn's messages in order — notifications (`method`, `params`) and the server's requests
-(`id`, `method`, `params`), which the caller answers with `answer(id, result)`. The last batch
-ends with the turn's `turn/completed`. `Fleet.run_turn` flattens the batches.
+the lines the server wrote for the turn, in order and as written (bytes: the caller decodes
+them, `wire.decode`) — notifications (`method`, `params`) and the server's requests (`id`,
+`method`, `params`), which the caller answers with `answer(id, result)`. The last batch ends
+with the turn's `turn/completed`. `Fleet.run_turn` decodes and flattens the batches.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 import ray
 
 from .host import ServerHost
-from .wire import Message
 
 __all__ = ["ThreadlineActor", "child_pids", "wait_gone"]
 
@@ -59,7 +59,7 @@ class ThreadlineActor:
         thread_id: str,
         prompt: str | Sequence[Any],
         params: Mapping[str, Any] | None = None,
-    ) -> Iterator[list[Message]]:
+    ) -> Iterator[list[bytes]]:
         """`turn/start` (`prompt`: text or wire input items; `params`: the request's other
         wire fields), then the turn's messages in batches, to its `turn/completed`. A refused
         `turn/start` raises `TurnRefused`."""

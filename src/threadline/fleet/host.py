@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from ..client import Client, ServerClosed, ServerRequest, spawn
-from .wire import Message, failed_turn, refusal
+from .wire import failed_turn, refusal
 
 __all__ = ["HostClosed", "ServerHost", "TurnRefused"]
 
@@ -35,7 +35,29 @@ MAX_BATCH = 512
 #: A JSON-RPC request id, as the server wrote it.
 RequestId = int | str
 
-_decode = msgspec.json.Decoder(dict[str, Any]).decode
+#: What is handed over per message: the line as the server wrote it.
+Line = bytes
+
+
+class _HeadTurn(msgspec.Struct):
+    id: str | None = None
+
+
+class _HeadParams(msgspec.Struct, rename="camel"):
+    thread_id: str | None = None
+    request_id: int | str | None = None
+    turn: _HeadTurn | None = None
+
+
+class _Head(msgspec.Struct):
+    """What routes a line: its method, its id (a request) and its thread."""
+
+    method: str | None = None
+    id: int | str | None = None
+    params: _HeadParams | None = None
+
+
+_decode_head = msgspec.json.Decoder(_Head).decode
 
 
 class TurnRefused(Exception):
@@ -49,8 +71,8 @@ class HostClosed(Exception):
 @dataclass
 class _Turn:
     thread_id: str
-    send: trio.MemorySendChannel[Message]
-    receive: trio.MemoryReceiveChannel[Message]
+    send: trio.MemorySendChannel[Line]
+    receive: trio.MemoryReceiveChannel[Line]
     turn_id: str | None = None
     abandoned: bool = False
     #: The ids of its server requests still waiting for an answer.
@@ -139,36 +161,38 @@ class ServerHost:
     def _fail_turns(self, why: str) -> None:
         for turn in list(self._turns.values()):
             message = f"{why}; resume the thread on another server"
-            turn.send.send_nowait(failed_turn(turn.thread_id, turn.turn_id, message))
+            failed = failed_turn(turn.thread_id, turn.turn_id, message)
+            turn.send.send_nowait(msgspec.json.encode(failed))
             self._end(turn)
 
     def _route(self, direction: str, line: bytes) -> None:
         """Every line the server writes, in order: a running turn's notifications and
-        server requests go onto its channel as they were written."""
+        server requests go onto its channel as the bytes the server wrote. Only the fields
+        that route a line are decoded here; the caller decodes the rest (`wire.decode`)."""
         if direction != "receive":
             return
         try:
-            message = _decode(line)
-        except msgspec.DecodeError:
-            return
-        method, params = message.get("method"), message.get("params")
-        if not isinstance(method, str) or not isinstance(params, dict):
+            head = _decode_head(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return  # not a message of a thread (or not one threadline writes)
+        params = head.params
+        if head.method is None or params is None or params.thread_id is None:
             return  # a response, or a message of no thread
-        turn = self._turns.get(params.get("threadId", ""))
+        turn = self._turns.get(params.thread_id)
         if turn is None:
             return
-        message.pop("jsonrpc", None)
-        if "id" in message:
+        if head.id is not None:
             if turn.abandoned:
                 return  # declined by _ask
-            self._pending[message["id"]] = _Pending(method, turn)
-            turn.pending.add(message["id"])
-        elif method == "serverRequest/resolved":
-            self._resolve(params.get("requestId"), None)
-        turn.send.send_nowait(message)
-        if method == "turn/started" and turn.turn_id is None:
-            turn.turn_id = params["turn"]["id"]
-        elif method == "turn/completed" and turn.turn_id in (None, params["turn"]["id"]):
+            self._pending[head.id] = _Pending(head.method, turn)
+            turn.pending.add(head.id)
+        elif head.method == "serverRequest/resolved":
+            self._resolve(params.request_id, None)
+        turn.send.send_nowait(line)
+        turn_id = params.turn.id if params.turn is not None else None
+        if head.method == "turn/started" and turn.turn_id is None:
+            turn.turn_id = turn_id
+        elif head.method == "turn/completed" and turn.turn_id in (None, turn_id):
             self._end(turn)
 
     def _end(self, turn: _Turn) -> None:
@@ -213,7 +237,7 @@ class ServerHost:
         if thread_id in self._turns:
             raise TurnRefused(f"turn/start on {thread_id} refused: a turn is running")
         inputs = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)
-        send, receive = trio.open_memory_channel[Message](math.inf)
+        send, receive = trio.open_memory_channel[Line](math.inf)
         # Registered before the request: the turn's first notifications are not missed.
         turn = self._turns[thread_id] = _Turn(thread_id, send, receive)
         try:
@@ -263,15 +287,15 @@ class ServerHost:
     async def _answer(self, request_id: RequestId, result: Any) -> bool:
         return self._resolve(request_id, result)
 
-    def next_batch(self, turn: _Turn, limit: int = MAX_BATCH) -> list[Message]:
+    def next_batch(self, turn: _Turn, limit: int = MAX_BATCH) -> list[Line]:
         """The turn's next messages in order (waits for at least one); [] once it ended."""
         try:
-            batch: list[Message] = self._call(self._next_batch, turn, limit)
+            batch: list[Line] = self._call(self._next_batch, turn, limit)
         except HostClosed:
             return _drain(turn, limit)  # what the server's end queued is still to be read
         return batch
 
-    async def _next_batch(self, turn: _Turn, limit: int) -> list[Message]:
+    async def _next_batch(self, turn: _Turn, limit: int) -> list[Line]:
         try:
             batch = [await turn.receive.receive()]
         except trio.EndOfChannel:
@@ -311,9 +335,9 @@ class ServerHost:
         self._thread.join(timeout)
 
 
-def _drain(turn: _Turn, limit: int) -> list[Message]:
+def _drain(turn: _Turn, limit: int) -> list[Line]:
     """The turn's queued messages once the trio run is over (nothing more can come)."""
-    batch: list[Message] = []
+    batch: list[Line] = []
     with suppress(trio.WouldBlock, trio.EndOfChannel):
         while len(batch) < limit:
             batch.append(turn.receive.receive_nowait())

@@ -17,7 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from .host import HostClosed
-from .wire import Message, failed_turn, is_server_request
+from .wire import Message, decode, failed_turn, is_server_request
 
 __all__ = ["ACTOR_GONE", "RequestHandler", "TurnEvents", "actor_died"]
 
@@ -39,8 +39,8 @@ def actor_died(error: BaseException) -> str:
         reason = "its threadline server exited"
     else:
         reason = " ".join(str(error).split())
-        if len(reason) > 300:
-            reason = reason[:300] + "…"
+        if len(reason) > 500:
+            reason = reason[:500] + "…"
     return f"the threadline actor died: {reason}; resume the thread on another actor"
 
 
@@ -74,7 +74,7 @@ class TurnEvents:
     def __iter__(self) -> Iterator[Message]:
         try:
             for ref in self._refs:
-                yield from self._take(ray.get(ref))
+                yield from self._take(decode(ray.get(ref)))
         except ACTOR_GONE as exc:
             yield self._died(exc)
         finally:
@@ -83,7 +83,7 @@ class TurnEvents:
     async def __aiter__(self) -> AsyncIterator[Message]:
         try:
             async for ref in self._refs:
-                for message in self._take(await ref):
+                for message in self._take(decode(await ref)):
                     yield message
         except ACTOR_GONE as exc:
             yield self._died(exc)

@@ -7,12 +7,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ..protocol import SERVER_REQUESTS
 
-__all__ = ["Message", "failed_turn", "is_server_request", "refusal"]
+__all__ = ["Message", "decode", "failed_turn", "is_server_request", "refusal"]
 
 #: One message of a turn's stream, as the server wrote it (without `jsonrpc`).
 Message = dict[str, Any]
+
+_decode_message = msgspec.json.Decoder(Message).decode
+
+
+def decode(lines: list[bytes]) -> list[Message]:
+    """Lines the server wrote (a batch from an actor) as messages."""
+    messages = [_decode_message(line) for line in lines]
+    for message in messages:
+        message.pop("jsonrpc", None)
+    return messages
 
 
 def is_server_request(message: Message) -> bool:
