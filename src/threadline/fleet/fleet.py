@@ -41,7 +41,7 @@ class Slot:
     handle: Any
     threads: set[str] = field(default_factory=set)
     dead: bool = False
-    #: The actor's `info()` (pid, node, its server's pid), asked for at its start.
+    #: The actor's `info()` (its pid, node and children: the server), asked for at its start.
     info_ref: Any = None
 
     def info(self) -> dict[str, Any] | None:
