@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray", reason="threadline[ray] is not installed")
 from ray.exceptions import RayActorError  # noqa: E402
 
 from threadline.fleet import Fleet  # noqa: E402
-from threadline.fleet.actor import wait_gone  # noqa: E402
+from threadline.fleet.procs import wait_gone  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 

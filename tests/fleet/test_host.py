@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from threadline.fleet.actor import child_pids
 from threadline.fleet.host import HostClosed, ServerHost
+from threadline.fleet.procs import child_pids
 from threadline.fleet.wire import decode
 
 

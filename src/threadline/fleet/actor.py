@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import ray
 
 from .host import ServerHost
+from .procs import child_pids, wait_gone
 
-__all__ = ["ThreadlineActor", "child_pids", "wait_gone"]
+__all__ = ["ThreadlineActor"]
 
 
 class ThreadlineActor:
@@ -106,32 +105,3 @@ def _die() -> None:
     to reach their callers), so Ray reports it dead and the fleet replaces it, as for any
     actor death. An actor without its server would only answer errors."""
     threading.Timer(0.5, os._exit, (1,)).start()
-
-
-def wait_gone(pids: Sequence[int], timeout: float) -> bool:
-    """Wait until none of `pids` runs (zombies count as gone); False on timeout."""
-    deadline = time.monotonic() + timeout
-    while any(_running(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def child_pids(pid: int) -> list[int]:
-    """The direct children of `pid` (Linux /proc; empty elsewhere)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(x) for x in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return sorted(set(found))
