@@ -196,7 +196,8 @@ def test_a_killed_actor_fails_its_turns_and_its_threads_resume_on_another(
             turns = fleet.read(tid)["thread"]["turns"]
             assert turns[0]["status"] == "completed"
             assert any(item.get("text") == f"first {i}" for item in turns[0]["items"])
-            assert turns[1]["status"] != "completed"  # the turn the actor died in
+            # The turn the actor died in, as its server recorded it on the way out.
+            assert [t["status"] for t in turns[1:]] in (["interrupted"], ["failed"])
             after = list(fleet.run_turn(tid, "/text again"))
             assert after[-1]["params"]["turn"]["status"] == "completed"
             assert (
@@ -240,3 +241,17 @@ def test_a_crashed_server_takes_its_actor_down_and_its_threads_resume(
         assert fleet.actor_of(tid) is not actor
         after = list(fleet.run_turn(tid, "/text again"))
         assert after[-1]["params"]["turn"]["status"] == "completed"
+
+
+def test_interrupt_ends_the_turn_interrupted(home: Path, workdir: Path) -> None:
+    with mock_fleet(1, home) as fleet:
+        tid = fleet.start_thread({"cwd": str(workdir)})["thread"]["id"]
+        events = fleet.run_turn(tid, "/text working\n/sleep 60")
+        stream = iter(events)
+        assert any(m["method"] == "item/agentMessage/delta" for m in stream)
+        assert events.turn_id is not None
+        fleet.interrupt(tid, events.turn_id)
+        last = list(stream)[-1]
+        assert last["method"] == "turn/completed"
+        assert last["params"]["turn"]["status"] == "interrupted"
+        assert events.completed == last

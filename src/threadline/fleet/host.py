@@ -1,8 +1,9 @@
 """`ServerHost`: one `threadline app-server` child over stdio, driven from plain threads.
 
-The server runs as a child process (not inside the host's process): a crash or leak of the
-engine or of a CLI stays out of the host, the child is the same program users run, and when
-the host dies the child's stdin reaches EOF, so it ends its turns and kills its CLIs. The
+The server runs as a child process (not inside the host's process), in a session of its own:
+a crash or leak of the engine or of a CLI stays out of the host, the child is the same program
+users run, and when the host dies (even with its process group) the child's stdin reaches
+EOF, so it ends its turns, kills its CLIs and exits. The
 Python client (trio) runs in a thread of its own; every public method is a blocking call into
 it, safe from any number of threads (a Ray threaded actor's).
 
@@ -31,6 +32,9 @@ __all__ = ["HostClosed", "ServerHost", "TurnRefused"]
 
 #: Messages handed over per `next_batch` at most.
 MAX_BATCH = 512
+
+#: How long a new turn waits for the thread's abandoned turn to end (seconds).
+ABANDONED_GRACE = 5.0
 
 #: A JSON-RPC request id, as the server wrote it.
 RequestId = int | str
@@ -75,6 +79,7 @@ class _Turn:
     receive: trio.MemoryReceiveChannel[Line]
     turn_id: str | None = None
     abandoned: bool = False
+    ended: trio.Event = field(default_factory=trio.Event)
     #: The ids of its server requests still waiting for an answer.
     pending: set[RequestId] = field(default_factory=set)
 
@@ -131,8 +136,15 @@ class ServerHost:
         async with trio.open_nursery() as nursery:
             # Leaving `spawn` closes the server's stdin and waits for it to exit; the turns it
             # ends meanwhile still reach their streams.
+            # A session of its own: a kill of the host's process group (Ray kills an actor's
+            # worker with its group) leaves the server to see stdin EOF and shut down in
+            # order — record its turns' end, kill its CLIs' groups — not die with them.
             async with spawn(
-                self._argv, env=self._env, approval_handler=self._ask, trace=self._route
+                self._argv,
+                env=self._env,
+                approval_handler=self._ask,
+                trace=self._route,
+                start_new_session=True,
             ) as client:
                 self._client = client
                 self._token = trio.lowlevel.current_trio_token()
@@ -201,6 +213,7 @@ class ServerHost:
         for request_id in list(turn.pending):
             self._resolve(request_id, None)
         turn.send.close()
+        turn.ended.set()
 
     def _call(self, fn: Any, *args: Any) -> Any:
         if not self._thread.is_alive():
@@ -234,6 +247,11 @@ class ServerHost:
     async def _start_turn(
         self, thread_id: str, prompt: str | Sequence[Any], params: Mapping[str, Any]
     ) -> _Turn:
+        running = self._turns.get(thread_id)
+        if running is not None and running.abandoned:
+            # Its caller left; its last messages may still be on their way.
+            with trio.move_on_after(ABANDONED_GRACE):
+                await running.ended.wait()
         if thread_id in self._turns:
             raise TurnRefused(f"turn/start on {thread_id} refused: a turn is running")
         inputs = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else list(prompt)

@@ -93,7 +93,7 @@ class TurnEvents:
     def close(self) -> None:
         """Stop reading the turn (leaving a `for` early, or dropping the iterator, does it
         too): its pending and later server requests are declined; the turn runs on."""
-        if self.completed is None and not self._closed:
+        if self.completed is None and not self._closed and ray.is_initialized():
             self._closed = True
             with suppress(*ACTOR_GONE, GetTimeoutError):
                 ray.get(self._actor.abandon.remote(self.thread_id, self.turn_id), timeout=10)
