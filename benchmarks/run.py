@@ -34,6 +34,7 @@ SUITE = [
     ("P8", "p8_shutdown"),
     ("P9", "p9_first_turn"),
     ("P10", "p10_memory"),
+    ("P11", "p11_fleet"),
 ]
 
 
