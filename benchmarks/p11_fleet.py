@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import shutil
 import statistics
 import tempfile
@@ -104,6 +105,8 @@ def run(quick: bool = False, threads: int | None = None, words: int | None = Non
         events = 0
         # Ray's session files (and sockets) under a short directory of their own.
         ray_dir = _short_dir(base)
+        # The run's own token (Ray >= 2.59 would otherwise write one to ~/.ray/auth_token).
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
         ray.init(include_dashboard=False, log_to_driver=False, _temp_dir=str(ray_dir))
         try:
             fleets = {n: Fleet(n, home=home, env={"AGENT_BACKEND": "mock"}) for n in ACTORS}

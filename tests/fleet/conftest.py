@@ -4,6 +4,7 @@ every process it started must then be gone."""
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,10 @@ def ray_cluster() -> Iterator[None]:
     import ray
 
     before = descendants(os.getpid())
+    # Ray >= 2.59 turns token authentication on for a local cluster and, without a token
+    # given, generates one in ~/.ray/auth_token: the run's own token keeps it in the
+    # environment (nothing outside the checkout is written or read).
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
