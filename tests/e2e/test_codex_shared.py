@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -49,6 +50,24 @@ async def collect_turns(
             if event["method"] == "turn/completed":
                 left.discard(event["params"]["turn"]["id"])
     return by_thread
+
+
+def thread_of(event: Any) -> str | None:
+    params = event.get("params") if isinstance(event, dict) else None
+    return (params or {}).get("threadId")
+
+
+def commands_started(threads: set[str]) -> Callable[[Any], bool]:
+    """A `wait_for` predicate: true once each of `threads` has shown a command starting."""
+    started: set[str] = set()
+
+    def check(event: Any) -> bool:
+        item = ((event.get("params") or {}).get("item") or {}) if isinstance(event, dict) else {}
+        if event.get("method") == "item/started" and item.get("type") == "commandExecution":
+            started.add(event["params"]["threadId"])
+        return started >= threads
+
+    return check
 
 
 def status_of(events: list[Any]) -> dict[str, Any]:
@@ -175,13 +194,18 @@ async def test_interrupt_kills_only_its_own_threads_command(
         b = await srv.start_thread(env.work, modelProvider="codex", **NEVER)
         turn_a = await srv.start_turn(a, "first sleeper")
         turn_b = await srv.start_turn(b, "second sleeper")
+        # Both commands run and are shown (an interrupt before Codex reports a command leaves
+        # no item of it: Codex abandons what it has not announced).
+        seen: list[Any] = []
+        await srv.wait_for(commands_started({a, b}), timeout=60, seen=seen)
         await env.wait_until(lambda: bool(env.sleepers(301) and env.sleepers(302)), "both sleep")
         [shared] = codex_pids(srv, "app-server")
 
         await srv.call("turn/interrupt", {"threadId": a, "turnId": turn_a})
         by_thread = await collect_turns(srv, {turn_a})
-        assert status_of(by_thread[a])["status"] == "interrupted"
-        [command] = items_completed(by_thread[a], "commandExecution")
+        events_a = [e for e in seen if thread_of(e) == a] + by_thread[a]
+        assert status_of(events_a)["status"] == "interrupted"
+        [command] = items_completed(events_a, "commandExecution")
         assert command["status"] == "failed", command
         # thread a's command is gone by its turn/completed; thread b's still runs, its turn too
         assert env.sleepers(301) == []
