@@ -45,8 +45,10 @@ def running(pids: set[int]) -> set[int]:
     return alive
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[None]:
+    """A local Ray cluster for the fleet tests, shut down (every process of it gone) before
+    the rest of the suite runs: later tests check that nothing they did not start runs."""
     import ray
 
     before = descendants(os.getpid())

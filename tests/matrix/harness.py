@@ -480,6 +480,10 @@ class Harness:
     #: the CLI's start-up.
     timeout_ms = 5000
 
+    #: Thread config that gives a thread a CLI process of its own, not shared with the
+    #: bystander's (a fault that kills "the CLI" must hit only the faulted thread's).
+    own_process_config: dict[str, Any] = {}
+
     # -- an unusable model API (extra server environment)
 
     def unreachable_env(self, url: str) -> dict[str, str]:
@@ -544,6 +548,11 @@ class CodexHarness(Harness):
     cli_name = "codex"
     env: CodexEnv
     fake_api = fr
+
+    # Threads share one app-server per binary and environment: a process-level key (see
+    # `codex.invocation.PROCESS_KEYS`) gives the faulted thread its own. What a crash of a
+    # shared app-server does to the threads on it is tests/e2e/test_codex_shared.py's.
+    own_process_config: dict[str, Any] = {"codexConfig": {"history.persistence": "none"}}
 
     def __init__(self, name: str, env: Any, tmp: Path) -> None:
         super().__init__(name, env, tmp)

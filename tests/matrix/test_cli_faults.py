@@ -110,6 +110,8 @@ async def one_fault(
         config["cliPath"] = str(wrapper.path)
     if fault.name.startswith("hang"):
         config["turnTimeoutMs"] = h.timeout_ms
+    if fault.name.startswith("sigkill"):
+        config.update(h.own_process_config)
     if fault.name.startswith("binary"):
         # a pass-through launcher, missing / not executable until it is repaired
         wrapper = h.fault_cli("none")
