@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ProcessLedger", "current_ledger", "set_ledger"]
+__all__ = ["ProcessLedger", "current_ledger", "proc_stat", "set_ledger"]
 
 _log = logging.getLogger("threadline.process")
 
 _REAP_GRACE = 1.0  # seconds between SIGTERM and SIGKILL for leftovers of a dead server
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
     """(state, pgrp, start time in clock ticks) of `pid`, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -56,7 +56,7 @@ def _mkdirs_private(path: Path) -> None:
 
 
 def _alive(pid: int, start: int) -> bool:
-    st = _stat(pid)
+    st = proc_stat(pid)
     return st is not None and st[2] == start and st[0] not in ("Z", "X")
 
 
@@ -64,7 +64,7 @@ def _group_members(pgid: int, not_before: int) -> list[int]:
     members = []
     for name in os.listdir("/proc"):
         if name.isdigit():
-            st = _stat(int(name))
+            st = proc_stat(int(name))
             if st is not None and st[1] == pgid and st[2] >= not_before and st[0] not in ("Z", "X"):
                 members.append(int(name))
     return members
@@ -74,7 +74,7 @@ class ProcessLedger:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.pid = os.getpid()
-        own = _stat(self.pid)
+        own = proc_stat(self.pid)
         self.start = own[2] if own else 0
         self.path = directory / f"{self.pid}.json"
         #: pgid -> (leader start, {escaped pid: start})
@@ -83,7 +83,7 @@ class ProcessLedger:
     # -- this server's record --------------------------------------------------------------------
 
     def add_group(self, pgid: int) -> None:
-        st = _stat(pgid)
+        st = proc_stat(pgid)
         self._groups[pgid] = (st[2] if st else 0, {})
         self._write()
 
@@ -170,7 +170,7 @@ class ProcessLedger:
 
 
 def _running(pid: int) -> bool:
-    st = _stat(pid)
+    st = proc_stat(pid)
     return st is not None and st[0] not in ("Z", "X")
 
 

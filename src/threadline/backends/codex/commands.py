@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import trio
 
 from ...procs.group import descendant_pids, processes_gone
+from ...procs.ledger import proc_stat
 
 __all__ = ["escalate", "kill_thread_commands"]
 
@@ -26,16 +27,8 @@ _POLL = 0.02
 
 def _stat(pid: int) -> tuple[int, int] | None:
     """(process group, start time in clock ticks since boot) of a live (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(b")") + 2 :].split()
-    try:
-        return None if rest[0] in (b"Z", b"X") else (int(rest[2]), int(rest[19]))
-    except (IndexError, ValueError):
-        return None
+    st = proc_stat(pid)
+    return None if st is None or st[0] in ("Z", "X") else (st[1], st[2])
 
 
 def _thread_of(pid: int) -> str | None:
