@@ -285,7 +285,8 @@ class AcpTurnMapper:
             meta = raw_out.get("metadata") if isinstance(raw_out.get("metadata"), dict) else {}
             assert isinstance(meta, dict)
             out = raw_out.get("output") if isinstance(raw_out.get("output"), str) else None
-            item.aggregated_output = out if out is not None else (text or None)
+            # An empty raw output does not hide what the content (or the streamed output) has.
+            item.aggregated_output = out or text or (None if out is None else out)
             code = meta.get("exit")
             item.exit_code = code if isinstance(code, int) else None
             failed = failed or self.cancelled
