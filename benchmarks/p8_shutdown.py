@@ -24,7 +24,6 @@ import os
 import queue
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from _harness import ROOT, Result, ms, print_table
+from _harness import ROOT, Result, Threadline, ms, print_table
 from tests.support.cli_env import (
     OPERATOR_VARIABLES,
     CliEnv,
@@ -119,19 +118,12 @@ def _environment(backend: str, base: Path) -> Iterator[Callable[[Path], ServerEn
         yield lambda tmp: cls(cli=cli, fake=fake, tmp=tmp)
 
 
-class Server:
-    """threadline over stdio; a thread reads its stdout into a queue."""
+class Server(Threadline):
+    """threadline over stdio (`Threadline`'s start-up and `send`); a thread reads its stdout
+    into a queue, so waits can time out."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "threadline"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd=ROOT,
-        )
-        self.next_id = 0
+        super().__init__(env)
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -143,14 +135,6 @@ class Server:
                 if isinstance(msg, dict):
                     self.inbox.put(msg)
         self.inbox.put(None)
-
-    def send(self, method: str, params: Any) -> int:
-        self.next_id += 1
-        assert self.proc.stdin is not None
-        line = json.dumps({"id": self.next_id, "method": method, "params": params})
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-        return self.next_id
 
     def next(self, timeout: float) -> dict[str, Any] | None:
         """The next message; None when none came within `timeout`."""
