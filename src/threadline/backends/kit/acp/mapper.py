@@ -285,8 +285,7 @@ class AcpTurnMapper:
             meta = raw_out.get("metadata") if isinstance(raw_out.get("metadata"), dict) else {}
             assert isinstance(meta, dict)
             out = raw_out.get("output") if isinstance(raw_out.get("output"), str) else None
-            # An empty raw output does not hide what the content (or the streamed output) has.
-            item.aggregated_output = out or text or (None if out is None else out)
+            item.aggregated_output = out if out is not None else (text or None)
             code = meta.get("exit")
             item.exit_code = code if isinstance(code, int) else None
             failed = failed or self.cancelled
