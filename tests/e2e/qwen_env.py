@@ -20,6 +20,7 @@ from tests.support.cli_env import CliEnv, child_pids, cli_fixtures, cmdline
 from tests.support.client import ServerProcess
 
 __all__ = [
+    "PRINTING_COMMAND",
     "SLEEP_NOTE",
     "QwenEnv",
     "acp_pids",
@@ -32,6 +33,12 @@ __all__ = [
 
 #: qwen refuses a bare `sleep N` (its sleep guard) unless a trailing comment says why.
 SLEEP_NOTE = "# intentional-sleep: a threadline test"
+
+#: A command that prints `made-it` and creates `accepted.txt`. It prints well before it exits:
+#: qwen 0.24.4's non-PTY shell settles on the child's `exit` event, which can come before the
+#: last `data` event of a command that prints and exits at once, and then reports (to the model
+#: too) `Output: (empty)`.
+PRINTING_COMMAND = f"echo made-it && sleep 0.3 && touch accepted.txt {SLEEP_NOTE}"
 
 
 def shell_call(command: str, description: str = "run it", *, id: str | None = None) -> ToolCall:

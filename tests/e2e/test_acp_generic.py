@@ -28,7 +28,7 @@ import trio
 
 from tests.e2e.gemini_env import MODEL, GeminiEnv, acp_pids
 from tests.e2e.opencode_env import OpenCodeEnv, opencode_pids
-from tests.e2e.qwen_env import QwenEnv, shell_call
+from tests.e2e.qwen_env import PRINTING_COMMAND, QwenEnv, shell_call
 from tests.e2e.qwen_env import acp_pids as qwen_pids
 from tests.e2e.test_doctor import doctor, lines_by_backend
 from tests.fakes.gemini import Rule as GeminiRule
@@ -376,7 +376,7 @@ def qwen_config(env: QwenEnv) -> dict[str, Any]:
 
 async def test_qwen_text_approvals_and_interrupt(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
     env = qwen_env
-    accepted, declined = "touch accepted.txt && echo made-it", "touch declined.txt"
+    accepted, declined = PRINTING_COMMAND, "touch declined.txt"
     env.script(*chat_script(shell_call(accepted), shell_call(declined)))
     async with env.server(nursery) as srv:
         tid = await acp_thread(srv, env.work, qwen_config(env))

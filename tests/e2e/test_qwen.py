@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.qwen_env import SLEEP_NOTE, QwenEnv, acp_pids, shell_call, write_file_call
+from tests.e2e.qwen_env import (
+    PRINTING_COMMAND,
+    SLEEP_NOTE,
+    QwenEnv,
+    acp_pids,
+    shell_call,
+    write_file_call,
+)
 from tests.fakes.openai_chat import HttpError, Reasoning, RecordedRequest, Rule, Step, Text
 from tests.support.client import (
     Message,
@@ -166,7 +173,7 @@ async def test_acp_command_approvals(nursery: trio.Nursery, qwen_env: QwenEnv) -
     work = env.work
     env.script(
         Rule("all done", ["Still here."]),
-        Rule("please accept", [shell_call("touch accepted.txt && echo made-it"), "Created it."]),
+        Rule("please accept", [shell_call(PRINTING_COMMAND), "Created it."]),
         Rule("please decline", [shell_call("touch declined.txt"), "Not reached."]),
         Rule(
             "for the session",
@@ -184,7 +191,7 @@ async def test_acp_command_approvals(nursery: trio.Nursery, qwen_env: QwenEnv) -
         assert t["status"] == "completed" and agent_text(events) == "Created it.", t
         [request] = requests_in(events)
         assert request["method"] == "item/commandExecution/requestApproval"
-        assert request["params"]["command"] == "touch accepted.txt && echo made-it"
+        assert request["params"]["command"] == PRINTING_COMMAND
         assert request["params"]["cwd"] == str(work)
         # announced once its command was known (not as qwen's first "Shell" placeholder)
         [started] = items_started(events, "commandExecution")
