@@ -12,6 +12,7 @@ from . import __version__
 from .backends.registry import BACKEND_IDS, SPECS
 
 if TYPE_CHECKING:
+    from .procs.ledger import ProcessLedger
     from .server.config import ServerConfig
 
 __all__ = ["main"]
@@ -193,7 +194,6 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     # Only light modules until `initialize` is answered (see server/handshake.py): a client
     # waits for that answer first, and the engine's imports cost more than the answer itself.
     from .home import default_root
-    from .server.handshake import answer_first_initialize
 
     config = _server_config()
     if config is None:
@@ -206,6 +206,27 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     if reaped:
         _setup_logging()
         _reap_stale(run_dir)
+    from .procs import early
+    from .procs.ledger import ProcessLedger
+
+    # The CLI this server will most likely need starts now, while the engine loads.
+    ledger = ProcessLedger(run_dir)
+    early.begin(root, ledger)
+    try:
+        return _serve_engine(config, root, ledger, reaped, ignored_options)
+    finally:
+        early.discard()
+
+
+def _serve_engine(
+    config: ServerConfig,
+    root: Path,
+    ledger: ProcessLedger,
+    reaped: bool,
+    ignored_options: tuple[str, ...],
+) -> int:
+    from .server.handshake import answer_first_initialize
+
     handshake = answer_first_initialize(root, config.cli_path, config.default_backend)
     if handshake.signals and handshake.params is None and not handshake.pending:
         return 0  # signalled before the first request: nothing was started yet
@@ -221,16 +242,18 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
     import trio
 
     from .backends.instances import create_backends
-    from .procs.ledger import ProcessLedger, set_ledger
+    from .procs import early
+    from .procs.ledger import set_ledger
     from .server.app import Server, serve_stdio
     from .store import ThreadStore
 
     store = ThreadStore(root)
-    set_ledger(ProcessLedger(run_dir))
+    set_ledger(ledger)
     server = Server(
         config, store, create_backends(), max_request=config.max_request, handshake=handshake
     )
     trio.run(serve_stdio, server)
+    early.discard()
     _exit_now(0)
 
 

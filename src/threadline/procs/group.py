@@ -31,13 +31,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 import trio
 
 from threadline.rpc.framing import DEFAULT_MAX_LINE, LineReader, LineTooLong
 
+from . import early as _early
 from .executables import CliNotExecutable, CliNotFound, ProcessError, resolve_executable
 from .ledger import current_ledger
 
@@ -67,6 +68,52 @@ _KILL_SETTLE = 1.0  # SIGKILL is asynchronous; how long to wait for the kernel t
 _CHUNK = 64 * 1024
 _JSON = msgspec.json.Decoder()
 _LOG_LINE_MAX = 8 * 1024  # longest stderr line written to the debug log
+
+
+class _Child(Protocol):
+    """What a GroupProcess needs of its leader: `trio.Process`, or `_AdoptedProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> trio.abc.SendStream | None: ...
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream | None: ...
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream | None: ...
+    def poll(self) -> int | None: ...
+    async def wait(self) -> int: ...
+
+
+def _fd_stream(file: Any) -> trio.lowlevel.FdStream:
+    fd = os.dup(file.fileno())
+    file.close()
+    return trio.lowlevel.FdStream(fd)
+
+
+class _AdoptedProcess:
+    """A process started before the engine (procs/early.py), with trio streams on its pipes."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin: trio.abc.SendStream | None = _fd_stream(popen.stdin)
+        self.stdout: trio.abc.ReceiveStream | None = _fd_stream(popen.stdout)
+        self.stderr: trio.abc.ReceiveStream | None = _fd_stream(popen.stderr)
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        while self._popen.poll() is None:
+            # Not reaped yet (poll() reaps), so the pid is still this process's: a pidfd
+            # becomes readable when it exits.
+            pidfd = os.pidfd_open(self.pid)
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+        return self._popen.wait()
 
 
 def exit_status(code: int) -> str:
@@ -263,7 +310,7 @@ class GroupProcess:
 
     def __init__(
         self,
-        proc: trio.Process,
+        proc: _Child,
         argv: list[str],
         name: str,
         *,
@@ -710,27 +757,42 @@ async def open_group_process(
     grace: float = 2.0,
     exit_drain: float = 0.2,
     name: str | None = None,
+    early: _early.Eligible | None = None,
 ) -> AsyncIterator[GroupProcess]:
     """Run `argv` in its own session/process group; kill the group when the context exits.
 
     `argv[0]` is resolved with `resolve_executable` (on `env`'s PATH) before anything is
-    spawned, and replaced by the absolute path. `env` None means our environment.
+    spawned, and replaced by the absolute path. `env` None means our environment. `early`
+    (a session process, stdin a pipe): it may be the process started before the engine
+    (procs/early.py).
     """
     if not argv:
         raise ValueError("argv must not be empty")
     label = name or os.path.basename(argv[0]) or argv[0]
     exe = _check_before_spawn(argv[0], env, cwd, label)
     full_argv = [exe, *argv[1:]]
+    proc: _Child
+    adopted = None
+    if early is not None and stdin == "pipe":
+        adopted = _early.take(full_argv, cwd, env if env is not None else os.environ, early)
     try:
-        proc = await trio.lowlevel.open_process(
-            full_argv,
-            stdin=subprocess.PIPE if stdin == "pipe" else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
+        if adopted is not None:
+            popen, full_argv = adopted
+            try:
+                proc = _AdoptedProcess(popen)
+            except OSError:
+                os.killpg(popen.pid, signal.SIGKILL)
+                raise
+        else:
+            proc = await trio.lowlevel.open_process(
+                full_argv,
+                stdin=subprocess.PIPE if stdin == "pipe" else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
     except OSError as exc:
         raise _spawn_error(exc, label, exe, cwd) from exc
 

@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from ..backends.base import Backend, BackendCheck
+from ..procs import early
 from ..protocol import CLIENT_METHODS, BackendInfo, InitializeParams, InitializeResponse
 from ..rpc.connection import Connection
 from ..rpc.dispatch import Dispatcher, PreparedCall
@@ -152,6 +153,12 @@ def _unsubscribe(peer: Peer, thread_id: str) -> bool:
     return True
 
 
+async def _discard_early_later() -> None:
+    """A CLI started early (procs/early.py) that no thread took is killed after a while."""
+    await trio.sleep(early.UNCLAIMED_SECONDS)
+    early.discard()
+
+
 async def serve_stdio(server: Server) -> None:
     """Serve on this process's stdin/stdout. stdout is kept for the protocol alone: fd 1 is
     pointed at stderr, so a stray print() from any library cannot corrupt the stream."""
@@ -185,6 +192,8 @@ async def serve_stdio(server: Server) -> None:
                         log.warning("received %s again: already shutting down", name)
 
         nursery.start_soon(watch_signals)
+        if early.waiting():
+            nursery.start_soon(_discard_early_later)
         try:
             await server.serve(receive, send)
         finally:

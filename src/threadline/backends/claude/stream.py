@@ -12,6 +12,7 @@ import msgspec
 import trio
 
 from ...channels import drain, receive_ready_or_none, send_ready
+from ...procs.early import Eligible
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
 from ...protocol import Model, ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
@@ -39,6 +40,9 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
     process_name = "claude"
     # The CLI flushes its transcript after stdin EOF; give it a moment.
     exit_grace = 5.0
+    # A fresh session's id is the CLI's to report (`system/init`, see `note_init`), so a
+    # claude started early under another fresh id serves as well.
+    early = Eligible(free=("--session-id=",), env_keys=("CLAUDECODE",))
 
     def __init__(
         self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None

@@ -18,12 +18,13 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
+from ...procs.early import Eligible
 from ...procs.group import GroupProcess
 from ...rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout
 from ...rpc.errors import INVALID_PARAMS, RpcError
 from .. import base as b
 from ..kit.spawn import open_session_process
-from .invocation import _exit_error
+from .invocation import LAUNCHER_VARS, _exit_error
 
 __all__ = ["CodexHost", "HostedThread"]
 
@@ -98,7 +99,11 @@ class CodexHost:
         started = False
         try:
             async with open_session_process(
-                self.argv, cwd=self.cwd, env=self.env, name="codex app-server"
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                name="codex app-server",
+                early=Eligible(env_keys=LAUNCHER_VARS),
             ) as proc:
                 self.proc = proc
                 self.alive = True

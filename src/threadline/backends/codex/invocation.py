@@ -15,7 +15,7 @@ from ...procs.group import GroupProcess, exit_status
 from ...protocol import CommandAction, ThreadItem, ThreadTokenUsage, TurnError, TurnPlanStep
 from .. import base as b
 
-__all__ = ["PROCESS_KEYS", "CodexCommand", "native_binary", "thread_config"]
+__all__ = ["LAUNCHER_VARS", "PROCESS_KEYS", "CodexCommand", "native_binary", "thread_config"]
 
 _STOP_WAIT = 0.5  # how long the commands killed on interrupt get to go before a restart
 
@@ -105,6 +105,9 @@ class CodexCommand:
         return env
 
 
+#: What the npm launcher adds to the binary's environment (no secret: a flag and a path).
+LAUNCHER_VARS = ("CODEX_MANAGED_BY_NPM", "CODEX_MANAGED_PACKAGE_ROOT")
+
 #: Node platform → (Rust target triple, npm platform package) as in the npm launcher.
 _NPM_TARGETS = {
     ("linux", "x86_64"): ("x86_64-unknown-linux-musl", "codex-linux-x64"),
@@ -138,8 +141,8 @@ def native_binary(path: str) -> tuple[str, dict[str, str]]:
         os.path.join(package_root, *tail),
     ):
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            env = {"CODEX_MANAGED_BY_NPM": "1", "CODEX_MANAGED_PACKAGE_ROOT": package_root}
-            return candidate, env
+            by_npm, root = LAUNCHER_VARS
+            return candidate, {by_npm: "1", root: package_root}
     return path, {}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 
+from ...procs.early import ANY, Eligible
 from ...procs.group import GroupProcess, ProcessError, open_group_process
 from .. import base as b
 from .cli_binary import resolve_cli
@@ -25,13 +26,19 @@ def open_cli_process(
 
 @asynccontextmanager
 async def open_session_process(
-    argv: Sequence[str], *, cwd: str, env: Mapping[str, str], name: str
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    name: str,
+    early: Eligible = ANY,
 ) -> AsyncIterator[GroupProcess]:
     """A CLI that lives as long as its session, talked to over its stdin: given 3 s to exit
-    when the block ends; one that cannot be started or talked to is a BackendError."""
+    when the block ends; one that cannot be started or talked to is a BackendError. It may be
+    the process started before the engine (procs/early.py)."""
     try:
         async with open_cli_process(
-            argv, cwd=cwd, env=env, stdin="pipe", name=name, grace=3.0
+            argv, cwd=cwd, env=env, stdin="pipe", name=name, grace=3.0, early=early
         ) as proc:
             yield proc
     except ProcessError as exc:
@@ -64,6 +71,8 @@ class LiveCliSession(b.BackendSession):
 
     settings: b.SessionSettings
     proc: GroupProcess | None = None
+    #: How the CLI may be a process started early (procs/early.py).
+    early: Eligible = ANY
     exited: trio.Event
     closing: trio.Event
     #: The CLI's name in process errors and logs.
@@ -92,7 +101,11 @@ class LiveCliSession(b.BackendSession):
     ) -> None:
         try:
             async with open_session_process(
-                self.argv(), cwd=self.settings.cwd, env=self.process_env(), name=self.process_name
+                self.argv(),
+                cwd=self.settings.cwd,
+                env=self.process_env(),
+                name=self.process_name,
+                early=self.early,
             ) as proc:
                 self.proc = proc
                 async with trio.open_nursery() as nursery:

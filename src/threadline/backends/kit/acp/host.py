@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import trio
 
+from ....procs.early import ANY
 from ....procs.group import GroupProcess, ProcessError
 from ....rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
 from ....rpc.errors import INVALID_PARAMS, RpcError
@@ -161,6 +162,7 @@ class AcpHost:
                 stdin="pipe",
                 name=self.name,
                 grace=3.0,
+                early=ANY,
             ) as proc:
                 if handler is not None:
                     proc.on_stderr_line = lambda line: handler(self, line)
