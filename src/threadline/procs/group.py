@@ -745,6 +745,37 @@ def _spawn_error(exc: OSError, label: str, exe: str, cwd: str | None) -> Process
     return ProcessError(f"{label}: cannot start {exe}: {exc}")
 
 
+async def _start(
+    argv: list[str],
+    stdin: Literal["pipe", "devnull"],
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    early: _early.Eligible | None,
+) -> tuple[_Child, list[str]]:
+    """The process `argv` as a new session: the one started early if it is that very process
+    (and its own argv), else a new one."""
+    adopted = None
+    if early is not None and stdin == "pipe":
+        adopted = _early.take(argv, cwd, env if env is not None else os.environ, early)
+    if adopted is not None:
+        popen, argv = adopted
+        try:
+            return _AdoptedProcess(popen), argv
+        except OSError:
+            os.killpg(popen.pid, signal.SIGKILL)
+            raise
+    proc = await trio.lowlevel.open_process(
+        argv,
+        stdin=subprocess.PIPE if stdin == "pipe" else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+    )
+    return proc, argv
+
+
 @asynccontextmanager
 async def open_group_process(
     argv: Sequence[str],
@@ -771,28 +802,8 @@ async def open_group_process(
     label = name or os.path.basename(argv[0]) or argv[0]
     exe = _check_before_spawn(argv[0], env, cwd, label)
     full_argv = [exe, *argv[1:]]
-    proc: _Child
-    adopted = None
-    if early is not None and stdin == "pipe":
-        adopted = _early.take(full_argv, cwd, env if env is not None else os.environ, early)
     try:
-        if adopted is not None:
-            popen, full_argv = adopted
-            try:
-                proc = _AdoptedProcess(popen)
-            except OSError:
-                os.killpg(popen.pid, signal.SIGKILL)
-                raise
-        else:
-            proc = await trio.lowlevel.open_process(
-                full_argv,
-                stdin=subprocess.PIPE if stdin == "pipe" else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=dict(env) if env is not None else None,
-                start_new_session=True,
-            )
+        proc, full_argv = await _start(full_argv, stdin, cwd, env, early)
     except OSError as exc:
         raise _spawn_error(exc, label, exe, cwd) from exc
 
