@@ -10,8 +10,7 @@ server (tests/fakes, 127.0.0.1 only), in the same run:
    and waits until their CLIs are released (their processes gone); the growth per thread past
    the first (whose resume also loads the backend's code): "released" (goal <= 200 KB). A
    shared process (codex: one app-server per environment; gemini, opencode: one agent per
-   directory) outlives its last thread by 2 minutes, so for them "released" is measured with
-   it still up. The row's note
+   directory) stops with the last of its threads the policy releases. The row's note
    extrapolates both to 100 threads (goal: <= 2 GB in all, CLIs included).
 3. The first turn on a released thread (`turn/start` → first `item/agentMessage/delta`: the
    CLI is reopened on the thread's conversation) against the CLI spawned cold to resume the
@@ -34,8 +33,6 @@ from typing import Any
 from _harness import Result, Threadline, cold_first_output, median_row, print_table
 from p2_second_turn import CLIS, COLD_PROMPT, Setup
 
-#: The CLIs whose agent process is shared by the threads of a directory.
-SHARED = ("codex", "gemini", "opencode")
 #: How long the released CLIs may take to exit.
 RELEASE_WAIT = 30.0
 
@@ -100,16 +97,16 @@ def _live(s: Setup, count: int) -> tuple[list[str], float]:
 
 
 def _released(
-    s: Setup, tids: list[str], spare: list[str], shared: bool
+    s: Setup, tids: list[str], spare: list[str]
 ) -> tuple[float, list[float], list[float]]:
     """Resume `tids` on a server that releases idle CLIs after 1 s; (kB per released thread
     past the first — whose resume also loads the backend's code —, first turns after a
     release, cold resumes)."""
     tl = _server(s, THREADLINE_IDLE_TIMEOUT="1")
     try:
-        _resume_and_release(tl, tids[:1], shared)
+        _resume_and_release(tl, tids[:1])
         before = tree_rss_kb(tl.proc.pid)
-        _resume_and_release(tl, tids[1:], shared)
+        _resume_and_release(tl, tids[1:])
         per = (tree_rss_kb(tl.proc.pid) - before) / max(len(tids) - 1, 1)
         warm: list[float] = []
         cold: list[float] = []
@@ -124,13 +121,13 @@ def _released(
         tl.close()
 
 
-def _resume_and_release(tl: Threadline, tids: list[str], shared: bool) -> None:
-    """Resume `tids` and wait until the idle policy has stopped every CLI (a shared agent:
-    until it has released their sessions)."""
+def _resume_and_release(tl: Threadline, tids: list[str]) -> None:
+    """Resume `tids` and wait until the idle policy has stopped every CLI (a shared agent
+    stops with the last thread it releases)."""
     for tid in tids:
         tl.call("thread/resume", {"threadId": tid})
     time.sleep(0.3)
-    deadline = time.monotonic() + (3.0 if shared else RELEASE_WAIT)
+    deadline = time.monotonic() + RELEASE_WAIT
     while _cli_count(tl.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(0.5)
@@ -155,7 +152,7 @@ def measure(name: str, count: int, runs: int) -> list[Result]:
             # the next one (docs/backends.md); a real release comes 10 minutes after the
             # thread's last turn, so the measure starts in the next minute too.
             time.sleep(61 - time.time() % 60)
-        released, warm, cold = _released(s, tids, spare, name in SHARED)
+        released, warm, cold = _released(s, tids, spare)
     return [
         Result(
             "P10",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,9 +18,13 @@ import trio
 
 from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv, codex_pids
+from tests.e2e.opencode_env import OpenCodeEnv, opencode_pids
+from tests.e2e.qwen_env import QwenEnv
+from tests.e2e.qwen_env import acp_pids as qwen_acp_pids
 from tests.fakes.anthropic import Rule as ClaudeRule
+from tests.fakes.openai_chat import Rule as ChatRule
 from tests.fakes.openai_responses import Rule
-from tests.support.cli_env import ServerEnv, child_pids, cmdline
+from tests.support.cli_env import CliEnv, ServerEnv, child_pids, cmdline
 from tests.support.client import ServerProcess, proc_info, running_server
 from tests.support.events import agent_text, turn
 from threadline.backends.codex.invocation import LAUNCHER_VARS
@@ -162,3 +167,35 @@ async def test_claude_starts_early_under_a_fresh_session_id(
         session = env.thread_record(tid)["backend_session_id"]
         assert flag == f"--session-id={session}" and session != first_session
         assert env.thread_record(first)["backend_session_id"] == first_session
+
+
+async def test_opencode_acp_agent_starts_early(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv
+) -> None:
+    env = opencode_env
+    env.script(ChatRule("first", ["One."]), ChatRule("second", ["Two."]))
+    await acp_agent_starts_early(nursery, env, lambda srv: opencode_pids(srv, "acp"))
+
+
+async def acp_agent_starts_early(
+    nursery: trio.Nursery, env: CliEnv[Any], agents: Callable[[ServerProcess], list[int]]
+) -> None:
+    """The agent a thread of the last server ran on (one per cwd) starts before the engine
+    loads, and the next server's thread in that cwd runs on it."""
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(srv)
+        t, events = await turn(srv, tid, "first")
+        assert t["status"] == "completed" and agent_text(events) == "One.", t
+    async with env.server(nursery) as srv:
+        await env.wait_until(lambda: bool(agents(srv)), "the early agent")
+        [pid] = agents(srv)
+        tid = await env.open_thread(srv)
+        t, events = await turn(srv, tid, "second")
+        assert t["status"] == "completed" and agent_text(events) == "Two.", t
+        assert agents(srv) == [pid]
+
+
+async def test_qwen_acp_agent_starts_early(nursery: trio.Nursery, qwen_env: QwenEnv) -> None:
+    env = qwen_env
+    env.script(ChatRule("first", ["One."]), ChatRule("second", ["Two."]))
+    await acp_agent_starts_early(nursery, env, qwen_acp_pids)

@@ -14,7 +14,10 @@ import pytest
 import trio
 
 from tests.e2e.claude_env import ClaudeEnv, claude_pid, wait_claude_pid
+from tests.e2e.qwen_env import QwenEnv
+from tests.e2e.qwen_env import acp_pids as qwen_pids
 from tests.fakes.anthropic import RecordedRequest, Rule, ToolUse
+from tests.fakes.openai_chat import Rule as ChatRule
 from tests.support.client import Message, ServerProcess, notifications
 from tests.support.events import agent_text, items_completed, status, turn
 
@@ -82,3 +85,30 @@ async def test_an_idle_thread_releases_its_cli_and_resumes(
     assert "remember the word PAPAYA" in user_texts(after)  # the conversation went on
     assert ROLE in after.system_text
     assert user_texts(after).count(ROLE) == 1  # turn 1's bootstrap, in the history only
+
+
+async def test_a_shared_acp_agent_goes_with_its_last_released_thread(
+    nursery: trio.Nursery, qwen_env: QwenEnv
+) -> None:
+    """Two threads in one directory share one `qwen --acp` agent; once the idle policy has
+    released both, the agent stops at once (it does not linger for a next thread), and the
+    next turn resumes its thread on a new agent."""
+    env = qwen_env
+    env.script(
+        ChatRule("alpha", ["Alpha."]), ChatRule("beta", ["Beta."]), ChatRule("again", ["Again."])
+    )
+    async with env.server(nursery, THREADLINE_IDLE_TIMEOUT="1") as srv:
+        a = await env.open_thread(srv)
+        b = await srv.start_thread(env.work, modelProvider="qwen")
+        for tid, word in ((a, "alpha"), (b, "beta")):
+            t, _ = await turn(srv, tid, word)
+            assert status(t) == "completed", t
+        [agent] = qwen_pids(srv)
+        await env.wait_until(
+            lambda: srv.stderr_text.count("stopping its CLI") == 2, "both threads released"
+        )
+        await env.wait_until(lambda: not qwen_pids(srv), "the agent gone", timeout=10)
+        t, events = await turn(srv, a, "again")
+        assert status(t) == "completed" and agent_text(events) == "Again.", t
+        assert "alpha" in "\n".join(env.fake.user_texts(-1))
+        assert qwen_pids(srv) not in ([], [agent])

@@ -367,6 +367,9 @@ class BackendSession(abc.ABC):
     #: shutdown, a timeout, an interrupt the CLI did not answer): the CLI may still be working
     #: on it, so closing the session must not wait for the CLI to finish and exit by itself.
     cut_off: bool = False
+    #: True once the idle policy stopped the session (no turn for its idle timeout): a
+    #: process it shared with other threads stops with its last thread, without lingering.
+    released: bool = False
 
     @abc.abstractmethod
     async def run_turn(self, turn: TurnInput, ctx: TurnContext) -> TurnOutcome | None:

@@ -276,6 +276,7 @@ class LoadedThread:
             if self.session is None or self.running_turn is not None:
                 return False
             log.info("thread %s: no turn for %ss, stopping its CLI", self.id, self.idle_timeout)
+            self.session.released = True
             await self._close_session()
             return True
 

@@ -70,6 +70,9 @@ class CodexBackend(b.Backend):
                 self._live.append(session)
                 yield session
             finally:
+                # The idle policy waited already: an app-server whose last thread it
+                # released goes.
+                host.linger = not session.released
                 with trio.CancelScope(shield=True):
                     if session in self._live:
                         self._live.remove(session)

@@ -82,6 +82,8 @@ class CodexHost:
         self._unclaimed: OrderedDict[str, list[Incoming]] = OrderedDict()
         #: Sessions using the process (the pool's count: a thread being opened holds one).
         self.refs = 0
+        #: Whether it stays up a while after its last thread (not after an idle release).
+        self.linger = True
         self.alive = False
         #: Set when a thread's turn on it hung (no answer to an interrupt in time): no new
         #: thread is put on it, and it stops once its last thread is gone.

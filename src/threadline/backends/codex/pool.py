@@ -62,6 +62,7 @@ class CodexPool:
             if host is None or not host.alive or host.retired:
                 host = await self._start(key, argv, cwd, env)
             host.refs += 1
+            host.linger = True
             if host.idle_scope is not None:
                 host.idle_scope.cancel()
                 host.idle_scope = None
@@ -70,7 +71,7 @@ class CodexPool:
         finally:
             host.refs -= 1
             if host.refs == 0:
-                if host.retired or not host.alive:
+                if host.retired or not host.alive or not host.linger:
                     self._forget(key, host)
                     host.stop()
                 else:

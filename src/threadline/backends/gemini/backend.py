@@ -44,6 +44,7 @@ class GeminiBackend(PooledAcpBackend):
     per_turn_mode = "headless"
 
     def __init__(self) -> None:
+        # (Never started early, procs/early.py: each agent has a debug log of its own.)
         super().__init__(SPEC, AcpPool("gemini --acp"))
         self._logs: str | None = None
 

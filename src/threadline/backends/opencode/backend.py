@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from ...procs.early import Eligible
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
 from .acp import OpenCodeAcpSession, _acp_stderr_line
@@ -39,7 +40,9 @@ class OpenCodeBackend(PooledAcpBackend):
     per_turn_mode = "run"
 
     def __init__(self) -> None:
-        super().__init__(SPEC, AcpPool("opencode acp", _acp_stderr_line))
+        # Its permission rules and the update switch are threadline's settings, not secrets.
+        early = Eligible(env_keys=("OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_PERMISSION"))
+        super().__init__(SPEC, AcpPool("opencode acp", _acp_stderr_line, early))
 
     async def delete_session(self, env: Mapping[str, str], cwd: str, session_id: str) -> str | None:
         return await delete_session(env, cwd, session_id)

@@ -75,7 +75,11 @@ async def open_acp_session(
         ) as host,
         new_session(host, settings).opened() as session,
     ):
-        yield session
+        try:
+            yield session
+        finally:
+            # The idle policy waited already: an agent whose last thread it released goes.
+            host.linger = not session.released
 
 
 class PooledAcpBackend(b.Backend):

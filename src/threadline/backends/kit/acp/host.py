@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import trio
 
-from ....procs.early import ANY
+from ....procs.early import ANY, Eligible
 from ....procs.group import GroupProcess, ProcessError
 from ....rpc.endpoint import Endpoint, Incoming, PeerClosed, RequestTimeout, ResponseError
 from ....rpc.errors import INVALID_PARAMS, RpcError
@@ -119,8 +119,10 @@ class AcpHost:
         env: dict[str, str],
         name: str,
         on_stderr_line: StderrHandler | None = None,
+        early: Eligible = ANY,
     ) -> None:
         self.argv = list(argv)
+        self.early = early
         self.cwd = cwd
         self.env = env
         self.name = name
@@ -131,6 +133,8 @@ class AcpHost:
         #: its models (`Backend.list_models`).
         self.defaults: SessionOffer | None = None
         self.refs = 0
+        #: Whether it stays up a while after its last thread (not after an idle release).
+        self.linger = True
         self.alive = False
         #: Set when a session gave up on a prompt the agent never answered (a turn timeout, a
         #: hard cancel): the agent may be wedged, so no new session is put on it and it stops
@@ -162,7 +166,7 @@ class AcpHost:
                 stdin="pipe",
                 name=self.name,
                 grace=3.0,
-                early=ANY,
+                early=self.early,
             ) as proc:
                 if handler is not None:
                     proc.on_stderr_line = lambda line: handler(self, line)

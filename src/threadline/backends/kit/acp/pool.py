@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from ....procs.early import ANY, Eligible
 from ..spawn import running
 from .host import AcpHost, StderrHandler
 from .offer import SessionOffer
@@ -21,9 +22,13 @@ IDLE_CLOSE_SECONDS = 120.0
 class AcpPool:
     """One agent process per (argv, cwd), shared by the threads in that cwd."""
 
-    def __init__(self, name: str, on_stderr_line: StderrHandler | None = None) -> None:
+    def __init__(
+        self, name: str, on_stderr_line: StderrHandler | None = None, early: Eligible = ANY
+    ) -> None:
         self.name = name
         self.on_stderr_line = on_stderr_line
+        #: How an agent of the pool may be a process started early (procs/early.py).
+        self.early = early
         self._nursery: trio.Nursery | None = None
         self._hosts: dict[tuple[tuple[str, ...], str], AcpHost] = {}
         self._lock = trio.Lock()
@@ -56,7 +61,7 @@ class AcpPool:
         was retired meanwhile, and a new one is started."""
         if self._nursery is None:
             # No server nursery: a private process for this session.
-            host = AcpHost(argv, cwd, env, self.name, self.on_stderr_line)
+            host = AcpHost(argv, cwd, env, self.name, self.on_stderr_line, self.early)
             async with running(host.run, host.stop):
                 yield host
             return
@@ -65,13 +70,14 @@ class AcpPool:
             async with self._lock:
                 found = self._hosts.get(key)
                 if found is None or not found.alive or found.retired:
-                    found = AcpHost(argv, cwd, env, self.name, self.on_stderr_line)
+                    found = AcpHost(argv, cwd, env, self.name, self.on_stderr_line, self.early)
                     await self._nursery.start(found.run)
                     self._hosts[key] = found
                 busy = found.prompts.get(session_id) if session_id else None
                 if busy is None or busy.done.is_set():
                     host = found
                     host.refs += 1
+                    host.linger = True
                     if host._idle_scope is not None:
                         host._idle_scope.cancel()
                         host._idle_scope = None
@@ -82,7 +88,7 @@ class AcpPool:
             yield host
         finally:
             host.refs -= 1
-            if host.refs == 0 and host.retired:
+            if host.refs == 0 and (host.retired or not host.linger):
                 if self._hosts.get(key) is host:
                     del self._hosts[key]
                 host.stop()
