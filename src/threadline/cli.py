@@ -12,7 +12,6 @@ from . import __version__
 from .backends.registry import BACKEND_IDS, SPECS
 
 if TYPE_CHECKING:
-    from .procs.ledger import ProcessLedger
     from .server.config import ServerConfig
 
 __all__ = ["main"]
@@ -207,23 +206,17 @@ def _serve(ignored_options: tuple[str, ...] = ()) -> int:
         _setup_logging()
         _reap_stale(run_dir)
     from .procs import early
-    from .procs.ledger import ProcessLedger
 
     # The CLI this server will most likely need starts now, while the engine loads.
-    ledger = ProcessLedger(run_dir)
-    early.begin(root, ledger)
+    early.begin(root, run_dir)
     try:
-        return _serve_engine(config, root, ledger, reaped, ignored_options)
+        return _serve_engine(config, root, reaped, ignored_options)
     finally:
         early.discard()
 
 
 def _serve_engine(
-    config: ServerConfig,
-    root: Path,
-    ledger: ProcessLedger,
-    reaped: bool,
-    ignored_options: tuple[str, ...],
+    config: ServerConfig, root: Path, reaped: bool, ignored_options: tuple[str, ...]
 ) -> int:
     from .server.handshake import answer_first_initialize
 
@@ -243,12 +236,12 @@ def _serve_engine(
 
     from .backends.instances import create_backends
     from .procs import early
-    from .procs.ledger import set_ledger
+    from .procs.ledger import ProcessLedger, set_ledger
     from .server.app import Server, serve_stdio
     from .store import ThreadStore
 
     store = ThreadStore(root)
-    set_ledger(ledger)
+    set_ledger(early.ledger() or ProcessLedger(root / "run"))
     server = Server(
         config, store, create_backends(), max_request=config.max_request, handshake=handshake
     )

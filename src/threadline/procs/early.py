@@ -18,18 +18,22 @@ is in the process ledger from its start, so a SIGKILLed server's next start reap
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import os
 import signal
-import subprocess
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .ledger import ProcessLedger
+import msgspec
+
+if TYPE_CHECKING:
+    import logging
+    import subprocess
+
+    from .ledger import ProcessLedger
+
+# Imported where used (subprocess, uuid, logging, the ledger): `begin` runs before the
+# `initialize` answer, and a server with no plan must not pay for them.
 
 __all__ = [
     "ANY",
@@ -39,11 +43,17 @@ __all__ = [
     "begin",
     "discard",
     "enabled",
+    "ledger",
     "take",
     "waiting",
 ]
 
-_log = logging.getLogger("threadline.process")
+
+def _log() -> logging.Logger:
+    import logging
+
+    return logging.getLogger("threadline.process")
+
 
 #: The plans, in the state directory: {server cwd: plan}.
 PLAN_FILE = "early-start.json"
@@ -58,28 +68,41 @@ _PLAN_ENV_KEYS = frozenset({"PWD", "OLDPWD"})
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 
 
-@dataclass(frozen=True)
 class Eligible:
     """How a session process may be one started early: the flag prefixes whose values are
     fresh UUIDs (`Plan.free`), and the variables its backend sets that hold no secret."""
 
-    free: tuple[str, ...] = ()
-    env_keys: tuple[str, ...] = ()
+    __slots__ = ("env_keys", "free")
+
+    def __init__(self, free: tuple[str, ...] = (), env_keys: tuple[str, ...] = ()) -> None:
+        self.free = free
+        self.env_keys = env_keys
 
 
 #: A session process with nothing of its own to declare.
 ANY = Eligible()
 
 
-@dataclass(frozen=True)
 class Plan:
-    argv: list[str]
-    cwd: str
-    env_set: dict[str, str]
-    env_unset: list[str]
-    #: Flag prefixes (`--session-id=`) whose values are fresh UUIDs: new ones in each early
-    #: start, and any value in a spawn.
-    free: list[str]
+    """A process to start early: argv, cwd, the environment entries that differ from the
+    server's, and the flag prefixes (`--session-id=`) whose values are fresh UUIDs (new ones
+    in each early start, any value in a spawn)."""
+
+    __slots__ = ("argv", "cwd", "env_set", "env_unset", "free")
+
+    def __init__(
+        self,
+        argv: list[str],
+        cwd: str,
+        env_set: dict[str, str],
+        env_unset: list[str],
+        free: list[str],
+    ) -> None:
+        self.argv = argv
+        self.cwd = cwd
+        self.env_set = env_set
+        self.env_unset = env_unset
+        self.free = free
 
     def fresh_argv(self) -> list[str]:
         return [_fresh(a, self.free) for a in self.argv]
@@ -124,6 +147,8 @@ class Plan:
 def _fresh(arg: str, free: Sequence[str]) -> str:
     for prefix in free:
         if arg.startswith(prefix):
+            import uuid
+
             return f"{prefix}{uuid.uuid4()}"
     return arg
 
@@ -137,11 +162,13 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
-@dataclass
 class _Started:
-    plan: Plan
-    argv: list[str]
-    popen: subprocess.Popen[bytes]
+    __slots__ = ("argv", "plan", "popen")
+
+    def __init__(self, plan: Plan, argv: list[str], popen: subprocess.Popen[bytes]) -> None:
+        self.plan = plan
+        self.argv = argv
+        self.popen = popen
 
 
 class _Early:
@@ -164,8 +191,8 @@ def _plans_path(root: Path) -> Path:
 
 def _read_plans(root: Path) -> dict[str, Any]:
     try:
-        data = json.loads(_plans_path(root).read_text())
-    except (OSError, ValueError):
+        data = msgspec.json.decode(_plans_path(root).read_bytes())
+    except (OSError, msgspec.DecodeError):
         return {}
     plans = data.get("plans") if isinstance(data, dict) else None
     return plans if isinstance(plans, dict) else {}
@@ -181,24 +208,29 @@ def _write_plan(root: Path, key: str, plan: Plan | None) -> None:
     tmp = path.with_name(f"{PLAN_FILE}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": 1, "plans": plans}, f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(msgspec.json.encode({"version": 1, "plans": plans}))
         os.replace(tmp, path)
     except OSError as exc:  # a plan is an optimisation: never an error
-        _log.debug("cannot write %s: %s", path, exc)
+        _log().debug("cannot write %s: %s", path, exc)
         with contextlib.suppress(OSError):
             tmp.unlink()
 
 
-def begin(root: Path, ledger: ProcessLedger) -> None:
-    """Start this directory's planned process (if any) and keep plans for this server."""
+def begin(root: Path, run_dir: Path) -> None:
+    """Start this directory's planned process (if any, recorded in a process ledger on
+    `run_dir`) and keep plans for this server."""
     if not enabled():
         return
     early = _early
-    early.root, early.key, early.ledger = root, os.getcwd(), ledger
+    early.root, early.key = root, os.getcwd()
     plan = Plan.from_json(_read_plans(root).get(early.key))
     if plan is None or not os.path.isdir(plan.cwd):
         return
+    import subprocess
+
+    from .ledger import ProcessLedger
+
     argv = plan.fresh_argv()
     try:
         popen = subprocess.Popen(
@@ -211,10 +243,16 @@ def begin(root: Path, ledger: ProcessLedger) -> None:
             start_new_session=True,
         )
     except OSError as exc:  # the binary moved: the engine spawns (and says why) as usual
-        _log.debug("early start of %s failed: %s", plan.argv[0], exc)
+        _log().debug("early start of %s failed: %s", plan.argv[0], exc)
         return
-    ledger.add_group(popen.pid)
+    early.ledger = ProcessLedger(run_dir)
+    early.ledger.add_group(popen.pid)
     early.started = _Started(plan, argv, popen)
+
+
+def ledger() -> ProcessLedger | None:
+    """The process ledger `begin` started, if it started a process (the server's own)."""
+    return _early.ledger
 
 
 def take(
@@ -229,12 +267,12 @@ def take(
     first, early.settled = not early.settled, True
     if started is not None and started.plan.matches(argv, cwd, env):
         if started.popen.poll() is None:
-            _log.debug("%s: taking over the process started early", argv[0])
+            _log().debug("%s: taking over the process started early", argv[0])
             return started.popen, started.argv
         _end(started)  # it died meanwhile: spawn afresh, and keep the plan
         return None
     if started is not None:
-        _log.debug("early process %s is not the one needed: killing it", started.plan.argv[0])
+        _log().debug("early process %s is not the one needed: killing it", started.plan.argv[0])
         _end(started)
     if first and early.root is not None and cwd is not None:
         _write_plan(early.root, early.key, _plan_for(argv, cwd, env, eligible))
@@ -250,13 +288,13 @@ def _plan_for(
     env_unset = sorted(k for k in base if k not in env)
     other = (env_set.keys() | set(env_unset)) - _PLAN_ENV_KEYS - set(eligible.env_keys)
     if other:
-        _log.debug("no early start of %s: it needs variables of its own (%s)", argv[0], other)
+        _log().debug("no early start of %s: it needs variables of its own (%s)", argv[0], other)
         return None
     secrets = [
         v for k, v in base.items() if len(v) >= 8 and any(w in k.upper() for w in _SECRET_WORDS)
     ]
     if any(s in arg for arg in argv for s in secrets):
-        _log.debug("no early start of %s: a credential is in its arguments", argv[0])
+        _log().debug("no early start of %s: a credential is in its arguments", argv[0])
         return None
     return Plan(list(argv), cwd, env_set, env_unset, list(eligible.free))
 
@@ -266,6 +304,8 @@ def _end(started: _Started) -> None:
     popen = started.popen
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(popen.pid, signal.SIGKILL)
+    import subprocess
+
     with contextlib.suppress(subprocess.TimeoutExpired):
         popen.wait(timeout=2.0)
     for stream in (popen.stdin, popen.stdout, popen.stderr):
@@ -285,5 +325,5 @@ def discard() -> None:
     """Kill the early process if nothing took it (`UNCLAIMED_SECONDS` on, or at shutdown)."""
     started, _early.started = _early.started, None
     if started is not None:
-        _log.debug("early process %s was not used: killing it", started.plan.argv[0])
+        _log().debug("early process %s was not used: killing it", started.plan.argv[0])
         _end(started)
