@@ -617,6 +617,35 @@ async def test_acp_resume_in_the_same_minute(nursery: trio.Nursery, gemini_env: 
         assert "same-minute bug" in stderr, stderr[-2000:]
 
 
+async def test_acp_a_resume_without_a_turn_does_not_cost_the_history(
+    nursery: trio.Nursery, gemini_env: GeminiEnv
+) -> None:
+    """gemini's `session/load` in a later minute starts a file of its own for the session, with
+    only the session context in it until the next prompt. Left so (the thread resumed, then
+    closed without a turn), gemini's session cleanup at its next start deletes every file of
+    that session, the history included. threadline removes such an empty duplicate before it
+    starts an agent, and the history survives."""
+    env = gemini_env
+    env.script(Rule("remember the word", ["Noted: FIG."]), Rule("which word", ["It was FIG."]))
+    async with env.server(nursery) as srv:
+        tid = await env.open_thread(srv)
+        t1, _ = await turn(srv, tid, "remember the word FIG")
+        assert status(t1) == "completed", t1
+    sid = env.thread_record(tid)["backend_session_id"]
+    env.age_session(sid)
+    async with env.server(nursery) as srv:  # resumed and closed without a turn
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        await env.wait_until(lambda: len(env.session_files(sid)) == 2, "gemini's new file")
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid})
+        t2, events = await turn(srv, tid, "which word was it?", timeout=90)
+        assert status(t2) == "completed" and agent_text(events) == "It was FIG.", t2
+        assert "removed gemini's empty duplicate session file" in srv.stderr_text
+    assert "remember the word FIG" in human_texts(env.fake.model_requests[-1])
+
+
 # -- headless mode -------------------------------------------------------------------------------
 
 

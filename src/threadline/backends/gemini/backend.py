@@ -32,7 +32,7 @@ from .acp import GeminiAcpSession, _wait_out_session_minute
 from .headless import GeminiHeadlessSession
 from .invocation import _env, _model_flags
 from .mcp import DEBUG_LOG
-from .sessions import session_files
+from .sessions import prune_empty, session_files
 from .spec import SPEC
 
 __all__ = ["GeminiBackend"]
@@ -45,7 +45,7 @@ class GeminiBackend(PooledAcpBackend):
 
     def __init__(self) -> None:
         # (Never started early, procs/early.py: each agent has a debug log of its own.)
-        super().__init__(SPEC, AcpPool("gemini --acp"))
+        super().__init__(SPEC, AcpPool("gemini --acp", before_start=_before_agent_start))
         self._logs: str | None = None
 
     def _debug_log(self) -> str:
@@ -73,6 +73,13 @@ class GeminiBackend(PooledAcpBackend):
         session.before_load = partial(_wait_out_session_minute, env=_env(settings))
         session.debug_log = host.env.get(DEBUG_LOG)
         return session
+
+
+def _before_agent_start(env: Mapping[str, str]) -> None:
+    """Right before an agent starts and runs gemini's session cleanup: the empty duplicates
+    that would make that cleanup delete a session's whole history go first (sessions.py)."""
+    for path in prune_empty(env):
+        log.info("removed gemini's empty duplicate session file %s", path)
 
 
 def create() -> GeminiBackend:

@@ -3,7 +3,7 @@ last session."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import trio
@@ -23,10 +23,16 @@ class AcpPool:
     """One agent process per (argv, cwd), shared by the threads in that cwd."""
 
     def __init__(
-        self, name: str, on_stderr_line: StderrHandler | None = None, early: Eligible = ANY
+        self,
+        name: str,
+        on_stderr_line: StderrHandler | None = None,
+        early: Eligible = ANY,
+        before_start: Callable[[Mapping[str, str]], None] | None = None,
     ) -> None:
         self.name = name
         self.on_stderr_line = on_stderr_line
+        #: Called with an agent's environment right before it is started.
+        self.before_start = before_start
         #: How an agent of the pool may be a process started early (procs/early.py).
         self.early = early
         self._nursery: trio.Nursery | None = None
@@ -61,6 +67,8 @@ class AcpPool:
         was retired meanwhile, and a new one is started."""
         if self._nursery is None:
             # No server nursery: a private process for this session.
+            if self.before_start is not None:
+                self.before_start(env)
             host = AcpHost(argv, cwd, env, self.name, self.on_stderr_line, self.early)
             async with running(host.run, host.stop):
                 yield host
@@ -70,6 +78,8 @@ class AcpPool:
             async with self._lock:
                 found = self._hosts.get(key)
                 if found is None or not found.alive or found.retired:
+                    if self.before_start is not None:
+                        self.before_start(env)
                     found = AcpHost(argv, cwd, env, self.name, self.on_stderr_line, self.early)
                     await self._nursery.start(found.run)
                     self._hosts[key] = found
