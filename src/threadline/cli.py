@@ -262,6 +262,8 @@ def _exit_now(status: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    if sys.getprofile() is not None:
+        raise SystemExit(status)  # under a profiler (`python -m cProfile -o`): let it write
     os._exit(status)
 
 

@@ -356,7 +356,10 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
     async def _note_taken(self, message: dict[str, Any], ctx: b.TurnContext) -> str | None:
         """Forget the input `message` says claude took in, or dropped (a warning says so of a
         steer); the state, when it dropped the turn's own message before running it."""
-        if message.get("type") == "command_lifecycle":
+        mtype = message.get("type")
+        if mtype == "stream_event":  # most messages: parts of the answer, which report no input
+            return None
+        if mtype == "command_lifecycle":
             self._lifecycle.set()
         if not self._queued:
             return None
