@@ -235,13 +235,15 @@ class ClaudeTurnMapper:
 
     def feed(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
         kind = msg.get("type")
-        if isinstance(msg.get("session_id"), str) and msg.get("session_id") != "default":
-            self.session_id = msg["session_id"]
         if msg.get("parent_tool_use_id"):
             return []  # a sub-agent's own traffic: its Task tool item covers it
-        if kind == "stream_event":
+        if kind == "stream_event":  # the hot path (P3): most messages of a turn
             self.watch.progress()
             return self._stream_event(msg.get("event") or {})
+        # (A stream event names the session its `system/init` named already.)
+        sid = msg.get("session_id")
+        if isinstance(sid, str) and sid != "default":
+            self.session_id = sid
         if kind == "assistant":
             return self._assistant(msg)
         if kind == "user":
@@ -254,6 +256,8 @@ class ClaudeTurnMapper:
 
     def _stream_event(self, ev: dict[str, Any]) -> list[b.BackendEvent]:
         etype = ev.get("type")
+        if etype == "content_block_delta":
+            return self._block_delta(ev)
         if etype == "message_start":
             message = ev.get("message") or {}
             self._msg_id = str(message.get("id") or "msg")
@@ -278,22 +282,27 @@ class ClaudeTurnMapper:
                 ]
             self._blocks[key] = _Block(str(block.get("id") or item_id), "other")
             return []
-        if etype == "content_block_delta":
-            blk = self._blocks.get(key)
-            delta = ev.get("delta") or {}
-            if blk is None:
-                return []
-            if delta.get("type") == "text_delta" and blk.kind == "text":
-                blk.streamed.append(str(delta.get("text", "")))
-                return [b.AgentMessageDelta(blk.item_id, blk.streamed[-1])]
-            if delta.get("type") == "thinking_delta" and blk.kind == "thinking":
-                blk.streamed.append(str(delta.get("thinking", "")))
-                return [b.ReasoningSummaryDelta(blk.item_id, blk.streamed[-1], 0)]
-            return []
         if etype == "content_block_stop":
             self._open_index = None
             if key in self._blocks:
                 self._blocks[key].done = True
+        return []
+
+    def _block_delta(self, ev: dict[str, Any]) -> list[b.BackendEvent]:
+        index, msg_id = ev.get("index"), self._msg_id
+        blk = self._blocks.get((msg_id, index)) if isinstance(index, int) and msg_id else None
+        if blk is None:
+            return []
+        delta = ev.get("delta") or {}
+        dtype = delta.get("type")
+        if dtype == "text_delta" and blk.kind == "text":
+            text = str(delta.get("text", ""))
+            blk.streamed.append(text)
+            return [b.AgentMessageDelta(blk.item_id, text)]
+        if dtype == "thinking_delta" and blk.kind == "thinking":
+            thinking = str(delta.get("thinking", ""))
+            blk.streamed.append(thinking)
+            return [b.ReasoningSummaryDelta(blk.item_id, thinking, 0)]
         return []
 
     def _abandon_open(self, msg_id: str) -> list[b.BackendEvent]:

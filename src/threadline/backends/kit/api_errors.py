@@ -132,6 +132,8 @@ class ConnectionWatch:
         self._failing = trio.Event()  # set while a series of failures goes on
 
     def progress(self) -> None:
+        if self.first_failure is None and not self.refusals:
+            return  # (called for every streamed event: nothing to reset most of the time)
         self.first_failure = self.last_failure = None
         self.refusals = 0
         if self._failing.is_set():
