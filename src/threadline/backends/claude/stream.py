@@ -284,6 +284,12 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                 self.healthy = False
                 raise _failure_from_exit(self.proc, "exited in the middle of a turn")
             mtype = message.get("type")
+            if mtype == "stream_event":
+                # The hot path (P3): a part of the answer; it reports no input, no session,
+                # no failure and no reason to give up.
+                for event in mapper.feed(message):
+                    await ctx.emit(event)
+                continue
             if (dropped := await self._note_taken(message, ctx)) is not None:
                 # claude dropped the turn's message before it ran (an interrupt while it
                 # was queued): no `result` follows.
@@ -303,31 +309,8 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                         first_failure = first_failure or outcome
                     continue
                 return first_failure or outcome
-            if mtype == "control_request":
-                request = message.get("request") or {}
-                request_id = str(message.get("request_id"))
-                if request.get("subtype") == "can_use_tool":
-                    scope = trio.CancelScope()
-                    pending[request_id] = scope
-                    pending_tools[request_id] = str(request.get("tool_use_id") or request_id)
-                    nursery.start_soon(
-                        self._permission, ctx, mapper, request_id, request, scope, pending
-                    )
-                else:
-                    await self._refuse(request_id, request)
-                continue
-            if mtype == "control_cancel_request":
-                withdrawn = str(message.get("request_id"))
-                scope_to_cancel = pending.pop(withdrawn, None)
-                if scope_to_cancel is not None:
-                    scope_to_cancel.cancel()
-                    # The CLI withdrew an unanswered approval (interrupt): the tool never ran.
-                    # Record that now, synchronously: the synthetic is_error tool_result that
-                    # follows must complete the item as `declined`, not `failed`, and the
-                    # permission task may only notice its cancellation after that.
-                    tool_id = pending_tools.get(withdrawn)
-                    if tool_id is not None:
-                        mapper.decisions.setdefault(tool_id, "cancel")
+            if mtype in ("control_request", "control_cancel_request"):
+                await self._control(message, ctx, mapper, nursery, pending, pending_tools)
                 continue
             if mtype == "control_response":
                 response = message.get("response") or {}
@@ -347,6 +330,41 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
                 self._stopping = True
                 await self._write_control(INTERRUPT)
 
+    async def _control(
+        self,
+        message: dict[str, Any],
+        ctx: b.TurnContext,
+        mapper: ClaudeTurnMapper,
+        nursery: trio.Nursery,
+        pending: dict[str, trio.CancelScope],
+        pending_tools: dict[str, str],
+    ) -> None:
+        """A control request of claude's (a tool's permission: asked in `nursery`), or its
+        withdrawal."""
+        request_id = str(message.get("request_id"))
+        if message.get("type") == "control_request":
+            request = message.get("request") or {}
+            if request.get("subtype") == "can_use_tool":
+                scope = trio.CancelScope()
+                pending[request_id] = scope
+                pending_tools[request_id] = str(request.get("tool_use_id") or request_id)
+                nursery.start_soon(
+                    self._permission, ctx, mapper, request_id, request, scope, pending
+                )
+            else:
+                await self._refuse(request_id, request)
+            return
+        scope_to_cancel = pending.pop(request_id, None)
+        if scope_to_cancel is not None:
+            scope_to_cancel.cancel()
+            # The CLI withdrew an unanswered approval (interrupt): the tool never ran. Record
+            # that now, synchronously: the synthetic is_error tool_result that follows must
+            # complete the item as `declined`, not `failed`, and the permission task may only
+            # notice its cancellation after that.
+            tool_id = pending_tools.get(request_id)
+            if tool_id is not None:
+                mapper.decisions.setdefault(tool_id, "cancel")
+
     async def _refuse(self, request_id: str, request: dict[str, Any]) -> None:
         """Answer a control request of claude's that threadline does not handle."""
         error = f"threadline does not handle {request.get('subtype')}"
@@ -356,10 +374,7 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
     async def _note_taken(self, message: dict[str, Any], ctx: b.TurnContext) -> str | None:
         """Forget the input `message` says claude took in, or dropped (a warning says so of a
         steer); the state, when it dropped the turn's own message before running it."""
-        mtype = message.get("type")
-        if mtype == "stream_event":  # most messages: parts of the answer, which report no input
-            return None
-        if mtype == "command_lifecycle":
+        if message.get("type") == "command_lifecycle":
             self._lifecycle.set()
         if not self._queued:
             return None
