@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -118,6 +118,9 @@ class LoadedThread:
         dynamic_tools: Sequence[DynamicToolSpec] = (),
     ) -> None:
         self._peer = peer
+        #: A notification for the thread's followers (the peer's own method: one call less
+        #: per streamed delta, benchmark P3).
+        self.notify: Callable[[str, Any], Awaitable[None]] = peer.notify
         self._store = store
         self.record = record
         self.backend = backend
@@ -291,9 +294,6 @@ class LoadedThread:
             session.healthy = False
 
     # -- state shared with turns -------------------------------------------------------------
-
-    async def notify(self, method: str, params: Any) -> None:
-        await self._peer.notify(method, params)
 
     async def persist(self, entries: Sequence[LogEntry], *, sync: bool = False) -> None:
         """Queue log entries; a background flush writes them in order, batched, off the turn's

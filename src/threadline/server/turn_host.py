@@ -4,7 +4,7 @@ implements it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -46,7 +46,7 @@ class TurnHost(Protocol):
         """How long a native interrupt gets before the turn is cancelled hard."""
         ...
 
-    async def notify(self, method: str, params: Any) -> None: ...
+    def notify(self, method: str, params: Any) -> Awaitable[None]: ...
 
     async def persist(self, entries: Sequence[LogEntry], *, sync: bool = False) -> None: ...
 
