@@ -69,6 +69,7 @@ __all__ = [
     "SessionLost",
     "SessionSettings",
     "TokenUsageUpdated",
+    "TuiAttach",
     "TurnContext",
     "TurnInput",
     "TurnOutcome",
@@ -188,6 +189,22 @@ class TurnInput:
     #: `turn/start.outputSchema`: a JSON Schema the final message must follow (this turn
     #: only; capability `output_schema`).
     output_schema: Any = None
+    #: tui mode: a person already submitted `text` in the CLI's own interface (see
+    #: `BackendSession.wait_outside_turn`); `run_turn` only reports the turn.
+    outside: bool = False
+
+
+@dataclass(frozen=True)
+class TuiAttach:
+    """tui mode: the tmux session a thread's CLI runs in, for a person to watch or type."""
+
+    #: tmux's socket name (`tmux -L <socket>`).
+    socket: str
+    session: str
+
+    @property
+    def attach(self) -> str:
+        return f"tmux -L {self.socket} attach -t {self.session}"
 
 
 @dataclass
@@ -370,6 +387,8 @@ class BackendSession(abc.ABC):
     #: True once the idle policy stopped the session (no turn for its idle timeout): a
     #: process it shared with other threads stops with its last thread, without lingering.
     released: bool = False
+    #: tui mode: where a person can attach to the CLI's interface; None in other modes.
+    tui: TuiAttach | None = None
 
     @abc.abstractmethod
     async def run_turn(self, turn: TurnInput, ctx: TurnContext) -> TurnOutcome | None:
@@ -405,6 +424,14 @@ class BackendSession(abc.ABC):
         `inject_items: native`). False: the engine sends them as a transcript block with the
         next turn instead."""
         return False
+
+    async def wait_outside_turn(self) -> str:
+        """tui mode: wait until a person starts a turn in the CLI's own interface and return
+        its prompt. The engine then reports it as a turn, calling `run_turn` with
+        `TurnInput.outside`. The engine calls this only while no turn runs and cancels it
+        when one starts. Other modes never return."""
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
 
     def stop_commands(self, since: float) -> None:  # noqa: B027 - optional hook
         """Kill the commands the CLI started since `since` (a `time.monotonic()` value), in
