@@ -433,7 +433,7 @@ class ThreadService:
         if not record.ephemeral:
             # Written now, not lazily: a second client can resume a thread with no turns.
             await self.store.create(record)
-        thread.prewarm()
+        await thread.prewarm()
         return self.started_reply(thread, self.response(thread, ThreadStartResponse))
 
     async def thread_resume(self, p: ThreadResumeParams) -> ThreadResumeResponse | Reply:
@@ -493,7 +493,7 @@ class ThreadService:
         self._require_cli(backend, settings)
         thread = await self.open_thread(record, backend, settings, [])
         await self.store.create(record)
-        thread.prewarm()
+        await thread.prewarm()
         turns: list[Turn] = []
         return self.started_reply(thread, self.response(thread, ThreadResumeResponse, turns))
 
@@ -556,7 +556,7 @@ class ThreadService:
         tools = msgspec.convert(record.settings.get("dynamicTools") or [], list[DynamicToolSpec])
         thread = await self.open_thread(record, backend, settings, tools)
         await thread.save_record()
-        thread.prewarm()
+        await thread.prewarm()
         await self.warn_unsupported(thread)
         return thread
 
@@ -611,7 +611,7 @@ class ThreadService:
                 entries = await self.store.read_log(source.id)
                 if entries:
                     await self.store.append(record.id, entries, sync=True)
-        thread.prewarm()
+        await thread.prewarm()
         return thread
 
     async def turns(self, record: ThreadRecord) -> list[Turn]:

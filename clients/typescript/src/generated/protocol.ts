@@ -1041,6 +1041,7 @@ export interface Thread {
         [k: string]: unknown | undefined;
       };
   status: ThreadNotLoaded | ThreadIdle | ThreadSystemError | ThreadActive;
+  tui?: ThreadTui | null;
   turns: Turn[];
   updatedAt: number;
 }
@@ -1056,6 +1057,14 @@ export interface ThreadSystemError {
 export interface ThreadActive {
   activeFlags: ("waitingOnApproval" | "waitingOnUserInput")[];
   type: "active";
+}
+/**
+ * A tui-mode thread's CLI, running in tmux: `attach` is the command that shows it.
+ */
+export interface ThreadTui {
+  attach: string;
+  session: string;
+  socket: string;
 }
 export interface Turn {
   completedAt?: number | null;
