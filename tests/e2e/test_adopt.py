@@ -17,8 +17,10 @@ import trio
 from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv
 from tests.e2e.gemini_env import MODEL, GeminiEnv
+from tests.e2e.opencode_env import OpenCodeEnv
 from tests.fakes.anthropic import Rule
 from tests.fakes.gemini import Rule as GeminiRule
+from tests.fakes.openai_chat import Rule as ChatRule
 from tests.fakes.openai_responses import Rule as CodexRule
 from tests.support.cli_env import CliEnv
 from tests.support.events import agent_text, status, turn
@@ -30,9 +32,10 @@ ROLE = "You are the ADOPTER-3 role: answer in one line."
 
 
 async def run_cli(env: CliEnv[Any], *args: str) -> None:
-    """Run the CLI itself in the work dir, as a person would."""
+    """Run the CLI itself in the work dir, as a person would (a shell sets PWD)."""
+    shell_env = {**os.environ, **env.env(), "PWD": str(env.work)}
     result = await trio.run_process(
-        [str(env.cli), *args], cwd=env.work, env={**os.environ, **env.env()}, capture_stdout=True
+        [str(env.cli), *args], cwd=env.work, env=shell_env, capture_stdout=True
     )
     assert result.returncode == 0
 
@@ -203,3 +206,27 @@ async def test_gemini_headless_session_adopted_as_latest(
         assert status(t1) == "completed" and agent_text(events) == "It was LYCHEE."
     last = env.fake.model_requests[-1]
     assert "remember the word LYCHEE" in last.user_texts and "which word was it?" in last.user_texts
+
+
+async def test_opencode_run_session_adopted_by_id(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv
+) -> None:
+    env = opencode_env
+    env.script(
+        ChatRule("remember the word", ["Noted: FIG."]),
+        ChatRule("which word", ["It was FIG."]),
+    )
+    await run_cli(env, "run", "remember the word FIG")
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        [session] = await native(srv, env)
+        assert session["preview"] == "remember the word FIG"
+        adopted = await srv.call(
+            "thread/resume", {"modelProvider": "opencode", "backendSessionId": session["id"]}
+        )
+        t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
+        assert status(t1) == "completed" and agent_text(events) == "It was FIG."
+    last = env.fake.model_requests[-1]
+    # (`opencode run` keeps its message argument in quotes)
+    assert any("remember the word FIG" in text for text in last.user_texts[:-1])
+    assert last.user_texts[-1] == "which word was it?"
