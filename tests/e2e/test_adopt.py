@@ -18,6 +18,7 @@ from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv
 from tests.e2e.gemini_env import MODEL, GeminiEnv
 from tests.e2e.opencode_env import OpenCodeEnv
+from tests.e2e.qwen_env import QwenEnv
 from tests.fakes.anthropic import Rule
 from tests.fakes.gemini import Rule as GeminiRule
 from tests.fakes.openai_chat import Rule as ChatRule
@@ -229,4 +230,27 @@ async def test_opencode_run_session_adopted_by_id(
     last = env.fake.model_requests[-1]
     # (`opencode run` keeps its message argument in quotes)
     assert any("remember the word FIG" in text for text in last.user_texts[:-1])
+    assert last.user_texts[-1] == "which word was it?"
+
+
+async def test_qwen_headless_session_adopted_by_path(
+    nursery: trio.Nursery, qwen_env: QwenEnv
+) -> None:
+    env = qwen_env
+    env.script(
+        ChatRule("remember the word", ["Noted: PLUM."]),
+        ChatRule("which word", ["It was PLUM."]),
+    )
+    await run_cli(env, "-p", "remember the word PLUM")
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        [session] = await native(srv, env)
+        assert session["preview"] == "remember the word PLUM"
+        adopted = await srv.call(
+            "thread/resume", {"modelProvider": "qwen", "path": session["path"]}
+        )
+        t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
+        assert status(t1) == "completed" and agent_text(events) == "It was PLUM."
+    last = env.fake.model_requests[-1]
+    assert last.user_texts[0].endswith("remember the word PLUM")  # (after qwen's reminders)
     assert last.user_texts[-1] == "which word was it?"

@@ -78,6 +78,8 @@ def claude_sessions(env: Mapping[str, str], cwd: str | None) -> list[NativeSessi
     # A session is filed under the key of the cwd it began in (every non-alphanumeric
     # character a `-`), which several directories can share: the records decide.
     key = glob.escape(re.sub(r"[^A-Za-z0-9]", "-", cwd)) if cwd is not None else "*"
+    if not os.path.isdir(os.path.join(projects, key)):
+        key = "*"  # (a CLI whose key rule differs: the records decide)
     sessions = []
     for path in glob.glob(os.path.join(projects, key, "*.jsonl")):
         if not _SESSION_FILE.match(os.path.basename(path)):
