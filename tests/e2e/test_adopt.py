@@ -49,6 +49,14 @@ async def native(srv: Any, env: CliEnv[Any], **params: Any) -> list[dict[str, An
     return listed["data"]  # type: ignore[no-any-return]
 
 
+def said(response: dict[str, Any]) -> list[list[str]]:
+    """The turns an adopted thread was answered with: the text of each message item."""
+    return [
+        [i["content"][0]["text"] if i["type"] == "userMessage" else i["text"] for i in t["items"]]
+        for t in response["thread"]["turns"]
+    ]
+
+
 async def test_claude_sessions_are_listed_and_adopted(
     nursery: trio.Nursery, claude_env: ClaudeEnv
 ) -> None:
@@ -102,6 +110,8 @@ async def test_claude_sessions_are_listed_and_adopted(
         )
         tid = adopted["thread"]["id"]
         assert tid != first["id"] and adopted["thread"]["preview"] == first["preview"]
+        # the chat so far is the thread's history
+        assert said(adopted) == [["remember the word PAPAYA", "Noted: PAPAYA."]]
         t2, events = await turn(srv, tid, "which word was it?")
         assert status(t2) == "completed" and agent_text(events) == "It was PAPAYA."
         # binding the same session again resumes the same thread
@@ -178,6 +188,7 @@ async def test_codex_exec_session_adopted_by_rollout_path(
         adopted = await srv.call("thread/resume", {"threadId": "", "path": session["path"]})
         tid = adopted["thread"]["id"]
         assert adopted["modelProvider"] == "codex"
+        assert said(adopted) == [["remember the word GUAVA", "Noted: GUAVA."]]
         t1, events = await turn(srv, tid, "which word was it?")
         assert status(t1) == "completed" and agent_text(events) == "It was GUAVA."
     last = env.fake.model_requests[-1]
@@ -203,8 +214,14 @@ async def test_gemini_headless_session_adopted_as_latest(
             "thread/resume",
             {"modelProvider": "gemini", "latest": True, "cwd": str(env.work)},
         )
+        assert said(adopted) == [["remember the word LYCHEE", "Noted: LYCHEE."]]
         t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
         assert status(t1) == "completed" and agent_text(events) == "It was LYCHEE."
+        # and the turn joins it
+        read = await srv.call(
+            "thread/read", {"threadId": adopted["thread"]["id"], "includeTurns": True}
+        )
+        assert said(read)[-1] == ["which word was it?", "It was LYCHEE."]
     last = env.fake.model_requests[-1]
     assert "remember the word LYCHEE" in last.user_texts and "which word was it?" in last.user_texts
 
@@ -225,6 +242,7 @@ async def test_opencode_run_session_adopted_by_id(
         adopted = await srv.call(
             "thread/resume", {"modelProvider": "opencode", "backendSessionId": session["id"]}
         )
+        assert said(adopted) == [['"remember the word FIG"', "Noted: FIG."]]
         t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
         assert status(t1) == "completed" and agent_text(events) == "It was FIG."
     last = env.fake.model_requests[-1]
@@ -249,6 +267,7 @@ async def test_qwen_headless_session_adopted_by_path(
         adopted = await srv.call(
             "thread/resume", {"modelProvider": "qwen", "path": session["path"]}
         )
+        assert said(adopted) == [["remember the word PLUM", "Noted: PLUM."]]
         t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
         assert status(t1) == "completed" and agent_text(events) == "It was PLUM."
     last = env.fake.model_requests[-1]

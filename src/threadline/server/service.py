@@ -64,8 +64,8 @@ from ..protocol import (
 from ..rpc.connection import Reply
 from ..rpc.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError
 from ..rpc.peer import Peer
-from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
-from .adoption import native_sessions, native_view, wanted_session
+from ..store import StoreCorrupt, ThreadRecord, ThreadStore, TurnStartedEntry, turns_from_log
+from .adoption import history, native_sessions, native_view, wanted_session
 from .approvals import parse_rules
 from .config import ServerConfig
 from .overrides import apply_overrides, foreign_model_warning
@@ -491,10 +491,14 @@ class ThreadService:
                 )
         record, settings = self._adopted(p, backend, native)
         self._require_cli(backend, settings)
+        entries = await history(native)
+        record.turn_count = sum(isinstance(e, TurnStartedEntry) for e in entries)
         thread = await self.open_thread(record, backend, settings, [])
         await self.store.create(record)
+        if entries:
+            await self.store.append(record.id, entries, sync=True)
         await thread.prewarm()
-        turns: list[Turn] = []
+        turns = None if p.exclude_turns else await self.turns(record)
         return self.started_reply(thread, self.response(thread, ThreadResumeResponse, turns))
 
     def _adopted(

@@ -10,7 +10,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..kit.native import NativeSession, iso_seconds, jsonl_records, mtime, newest_first, preview_of
+from ..kit.native import (
+    NativeMessage,
+    NativeSession,
+    iso_seconds,
+    jsonl_messages,
+    jsonl_records,
+    mtime,
+    newest_first,
+    preview_of,
+)
 
 __all__ = ["claude_sessions"]
 
@@ -37,6 +46,18 @@ def _prompt(record: dict[str, Any]) -> str | None:
     if not isinstance(content, str) or not content.strip() or content.lstrip().startswith("<"):
         return None
     return content
+
+
+def _message(record: dict[str, Any]) -> NativeMessage | None:
+    at = iso_seconds(record.get("timestamp"), 0)
+    if (prompt := _prompt(record)) is not None:
+        return NativeMessage("user", prompt, at)
+    if record.get("type") != "assistant" or record.get("isSidechain"):
+        return None
+    content = (record.get("message") or {}).get("content")
+    blocks = content if isinstance(content, list) else []
+    texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    return NativeMessage("agent", "\n".join(t for t in texts if isinstance(t, str)), at)
 
 
 def read_session(path: str) -> NativeSession | None:
@@ -69,6 +90,7 @@ def read_session(path: str) -> NativeSession | None:
         model=found.get("model"),
         cli_version=found.get("version", ""),
         source=_SOURCES.get(found.get("entrypoint", ""), "unknown"),
+        messages=lambda: jsonl_messages(path, _message),
     )
 
 

@@ -8,14 +8,32 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["PREVIEW_CHARS", "NativeSession", "iso_seconds", "jsonl_records", "newest_first"]
+__all__ = [
+    "PREVIEW_CHARS",
+    "NativeMessage",
+    "NativeSession",
+    "iso_seconds",
+    "jsonl_messages",
+    "jsonl_records",
+    "newest_first",
+]
 
 #: A preview is the first user text, cut to this many characters.
 PREVIEW_CHARS = 200
+
+
+@dataclass(frozen=True)
+class NativeMessage:
+    """A message of a session's conversation: what the person said, or the agent's text."""
+
+    role: Literal["user", "agent"]
+    text: str
+    #: unix seconds (0: unknown)
+    at: int = 0
 
 
 @dataclass
@@ -36,6 +54,8 @@ class NativeSession:
     #: How it was started, as Codex's `SessionSource` says it: `cli` (the interactive
     #: program), `exec` (a headless run), `appServer` (a program driving it), `unknown`.
     source: str = "unknown"
+    #: Reads the session's conversation, oldest first (file work; None: not readable).
+    messages: Callable[[], list[NativeMessage]] | None = None
 
 
 def iso_seconds(stamp: Any, default: int) -> int:
@@ -64,6 +84,14 @@ def jsonl_records(path: str, limit: int | None = None) -> Iterator[dict[str, Any
                     yield record
     except OSError:
         return
+
+
+def jsonl_messages(
+    path: str, pick: Callable[[dict[str, Any]], NativeMessage | None]
+) -> list[NativeMessage]:
+    """The messages `pick` finds in the records of a JSONL file, in order."""
+    found = (pick(record) for record in jsonl_records(path))
+    return [message for message in found if message is not None and message.text.strip()]
 
 
 def mtime(path: str, default: int) -> int:

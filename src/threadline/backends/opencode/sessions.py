@@ -6,6 +6,7 @@ listing them, from its SQLite database (`$XDG_DATA_HOME/opencode/opencode.db`, o
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -13,12 +14,13 @@ import re
 import sqlite3
 import subprocess
 from collections.abc import Mapping
+from typing import Literal
 
 import trio
 
 from ...procs.executables import ProcessError
 from ..kit.cli_binary import resolve_cli
-from ..kit.native import NativeSession, newest_first, preview_of
+from ..kit.native import NativeMessage, NativeSession, newest_first, preview_of
 
 __all__ = ["delete_session", "list_sessions"]
 
@@ -67,6 +69,29 @@ _FIRST_PROMPT = (
 )
 
 
+_CONVERSATION = (
+    "SELECT json_extract(m.data, '$.role'), p.data, p.time_created FROM part p"
+    " JOIN message m ON p.message_id = m.id WHERE p.session_id = ?"
+    " AND json_extract(p.data, '$.type') = 'text' AND json_extract(p.data, '$.synthetic') IS NOT 1"
+    " ORDER BY m.time_created, p.time_created"
+)
+
+
+def _conversation(path: str, session_id: str) -> list[NativeMessage]:
+    """The session's text parts, the person's and the agent's, oldest first."""
+    found = []
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            for role, data, created in db.execute(_CONVERSATION, (session_id,)):
+                text = json.loads(data).get("text")
+                if role in ("user", "assistant") and isinstance(text, str) and text.strip():
+                    who: Literal["user", "agent"] = "user" if role == "user" else "agent"
+                    found.append(NativeMessage(who, text, int(created) // 1000))
+    except (sqlite3.Error, TypeError, ValueError, AttributeError) as exc:
+        log.warning("cannot read OpenCode session %s from %s: %s", session_id, path, exc)
+    return found
+
+
 def _database(env: Mapping[str, str]) -> str:
     if env.get("OPENCODE_DB"):
         return env["OPENCODE_DB"]
@@ -106,6 +131,7 @@ def list_sessions(env: Mapping[str, str], cwd: str | None) -> list[NativeSession
                         updated_at=int(updated) // 1000,
                         preview=_prompt(db, sid) or preview_of(title or ""),
                         cli_version=version or "",
+                        messages=functools.partial(_conversation, path, sid),
                     )
                 )
     except (sqlite3.Error, TypeError, ValueError) as exc:

@@ -10,7 +10,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..kit.native import NativeSession, iso_seconds, jsonl_records, mtime, newest_first, preview_of
+from ..kit.native import (
+    NativeMessage,
+    NativeSession,
+    iso_seconds,
+    jsonl_messages,
+    jsonl_records,
+    mtime,
+    newest_first,
+    preview_of,
+)
 
 __all__ = ["qwen_sessions"]
 
@@ -18,13 +27,27 @@ __all__ = ["qwen_sessions"]
 _HEAD = 200
 
 
+def _text(record: dict[str, Any]) -> str:
+    parts = (record.get("message") or {}).get("parts")
+    found = parts if isinstance(parts, list) else []
+    texts = [p.get("text") for p in found if isinstance(p, dict) and not p.get("thought")]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
 def _prompt(record: dict[str, Any]) -> str | None:
     if record.get("type") != "user" or record.get("provenance") != "real_user":
         return None
-    parts = (record.get("message") or {}).get("parts")
-    texts = [p.get("text") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
-    text = "\n".join(t for t in texts if isinstance(t, str))
+    text = _text(record)
     return text if text.strip() else None
+
+
+def _message(record: dict[str, Any]) -> NativeMessage | None:
+    at = iso_seconds(record.get("timestamp"), 0)
+    if (prompt := _prompt(record)) is not None:
+        return NativeMessage("user", prompt, at)
+    if record.get("type") == "assistant":
+        return NativeMessage("agent", _text(record), at)
+    return None
 
 
 def _read(path: str) -> NativeSession | None:
@@ -51,6 +74,7 @@ def _read(path: str) -> NativeSession | None:
         path=path,
         model=found.get("model"),
         cli_version=found.get("version", ""),
+        messages=lambda: jsonl_messages(path, _message),
     )
 
 
