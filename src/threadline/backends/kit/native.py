@@ -6,8 +6,10 @@ thread."""
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,7 +21,9 @@ __all__ = [
     "iso_seconds",
     "jsonl_messages",
     "jsonl_records",
+    "keyed_transcripts",
     "newest_first",
+    "read_transcript",
 ]
 
 #: A preview is the first user text, cut to this many characters.
@@ -107,3 +111,60 @@ def newest_first(sessions: list[NativeSession]) -> list[NativeSession]:
 
 def preview_of(text: str) -> str:
     return " ".join(text.split())[:PREVIEW_CHARS]
+
+
+def keyed_transcripts(projects: str, cwd: str | None, pattern: str) -> list[str]:
+    """The files matching `pattern` in `projects/<key>/`, where a CLI files the sessions begun
+    in `cwd` under the key of that directory (every non-alphanumeric character a `-`); every
+    project's when `cwd` is None or its key is not there (the records decide then)."""
+    key = glob.escape(re.sub(r"[^A-Za-z0-9]", "-", cwd)) if cwd is not None else "*"
+    if not os.path.isdir(os.path.join(projects, key)):
+        key = "*"
+    return glob.glob(os.path.join(glob.escape(projects), key, pattern))
+
+
+def _model(record: dict[str, Any]) -> Any:
+    if isinstance(record.get("model"), str):
+        return record["model"]
+    return (record.get("message") or {}).get("model") if record.get("type") == "assistant" else None
+
+
+def read_transcript(
+    path: str,
+    prompt: Callable[[dict[str, Any]], str | None],
+    message: Callable[[dict[str, Any]], NativeMessage | None],
+    head: int = 400,
+) -> tuple[NativeSession, dict[str, str]] | None:
+    """The session of a transcript named `<session id>.jsonl` whose records carry its
+    `sessionId`, `cwd`, `timestamp` and `version` (claude's, qwen's), and those records' first
+    string values by key (`entrypoint` too); None when no record names a cwd. `prompt` tells
+    a person's prompt (the preview), `message` the conversation; `head` records are read."""
+    sid = os.path.basename(path)[: -len(".jsonl")]
+    found: dict[str, str] = {}
+    preview = ""
+    for record in jsonl_records(path, head):
+        if record.get("sessionId") != sid:
+            continue
+        for key in ("cwd", "timestamp", "version", "entrypoint"):
+            if key not in found and isinstance(record.get(key), str):
+                found[key] = record[key]
+        model = _model(record)
+        if "model" not in found and isinstance(model, str) and not model.startswith("<"):
+            found["model"] = model
+        if not preview and (said := prompt(record)) is not None:
+            preview = preview_of(said)
+    if "cwd" not in found:
+        return None
+    updated = mtime(path, 0)
+    session = NativeSession(
+        id=sid,
+        cwd=found["cwd"],
+        created_at=iso_seconds(found.get("timestamp"), updated),
+        updated_at=updated,
+        preview=preview,
+        path=path,
+        model=found.get("model"),
+        cli_version=found.get("version", ""),
+        messages=lambda: jsonl_messages(path, message),
+    )
+    return session, found

@@ -4,9 +4,7 @@ naming the session's `cwd` and `version`; a person's prompts are `user` records 
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,11 +12,9 @@ from ..kit.native import (
     NativeMessage,
     NativeSession,
     iso_seconds,
-    jsonl_messages,
-    jsonl_records,
-    mtime,
+    keyed_transcripts,
     newest_first,
-    preview_of,
+    read_transcript,
 )
 
 __all__ = ["qwen_sessions"]
@@ -50,44 +46,13 @@ def _message(record: dict[str, Any]) -> NativeMessage | None:
     return None
 
 
-def _read(path: str) -> NativeSession | None:
-    sid = os.path.basename(path)[: -len(".jsonl")]
-    found: dict[str, Any] = {}
-    preview = ""
-    for record in jsonl_records(path, _HEAD):
-        if record.get("sessionId") != sid:
-            continue
-        for key in ("cwd", "timestamp", "version", "model"):
-            if key not in found and isinstance(record.get(key), str):
-                found[key] = record[key]
-        if not preview and (prompt := _prompt(record)) is not None:
-            preview = preview_of(prompt)
-    if "cwd" not in found:
-        return None
-    updated = mtime(path, 0)
-    return NativeSession(
-        id=sid,
-        cwd=found["cwd"],
-        created_at=iso_seconds(found.get("timestamp"), updated),
-        updated_at=updated,
-        preview=preview,
-        path=path,
-        model=found.get("model"),
-        cli_version=found.get("version", ""),
-        messages=lambda: jsonl_messages(path, _message),
-    )
-
-
 def qwen_sessions(env: Mapping[str, str], cwd: str | None) -> list[NativeSession]:
     """The sessions in qwen's store, newest first: those begun in `cwd`, or all."""
     home = env.get("HOME") or os.path.expanduser("~")
-    projects = os.path.join(glob.escape(home), ".qwen", "projects")
-    key = glob.escape(re.sub(r"[^A-Za-z0-9]", "-", cwd)) if cwd is not None else "*"
-    if not os.path.isdir(os.path.join(projects, key)):
-        key = "*"  # (a CLI whose key rule differs: the records decide)
+    projects = os.path.join(home, ".qwen", "projects")
     sessions = []
-    for path in glob.glob(os.path.join(projects, key, "chats", "*.jsonl")):
-        session = _read(path)
-        if session is not None and (cwd is None or session.cwd == cwd):
-            sessions.append(session)
+    for path in keyed_transcripts(projects, cwd, os.path.join("chats", "*.jsonl")):
+        read = read_transcript(path, _prompt, _message, _HEAD)
+        if read is not None and (cwd is None or read[0].cwd == cwd):
+            sessions.append(read[0])
     return newest_first(sessions)
