@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "REDACTED",
-    "secret_digest",
     "Abort",
     "FakeHTTPServer",
     "FakeHandler",
@@ -35,6 +34,7 @@ __all__ = [
     "RecordedBase",
     "pieces",
     "request_id",
+    "secret_digest",
 ]
 
 REDACTED = "<redacted>"
