@@ -70,6 +70,10 @@ APP_ERRORS: dict[str, frozenset[int]] = {
     "thread/compact/start": frozenset({INVALID_REQUEST}),
     "turn/steer": frozenset({INVALID_REQUEST, INVALID_PARAMS}),
     "thread/unsubscribe": frozenset({INVALID_REQUEST}),
+    "mailbox/send": frozenset({INVALID_REQUEST}),
+    "mailbox/list": frozenset({INVALID_REQUEST}),
+    "mailbox/read": frozenset({INVALID_REQUEST}),
+    "mailbox/markRead": frozenset({INVALID_REQUEST}),
 }
 
 #: Server→client request ids this close above the last one seen may be in flight while a turn

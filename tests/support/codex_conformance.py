@@ -56,9 +56,11 @@ _URI = "codex.schema.json"
 
 #: Threadline's additions (docs/protocol-notes.md), by message kind: not checked against Codex.
 THREADLINE_ONLY: dict[str, frozenset[str]] = {
-    "response": frozenset({"turn/cancel"}),
+    "response": frozenset(
+        {"turn/cancel", "mailbox/send", "mailbox/list", "mailbox/read", "mailbox/markRead"}
+    ),
     "serverRequest": frozenset({"item/tool/requestApproval"}),
-    "notification": frozenset({"item/approval/autoDecided"}),
+    "notification": frozenset({"item/approval/autoDecided", "mailbox/messageReceived"}),
 }
 
 #: Error codes threadline answers with `id: null` when the request's id cannot be known.

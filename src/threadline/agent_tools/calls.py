@@ -12,7 +12,7 @@ a turn that is interrupted meanwhile all end the call failed, with a reason the 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -131,6 +131,18 @@ def _outcome(asked: Asked, timeout: float | None) -> CallOutcome:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return _failed(f"the client answered the tool call with something unusable: {exc}")
     return CallOutcome(answer.content_items, answer.success)
+
+
+class ToolSet(Protocol):
+    """Tools a thread's CLI gets as one MCP server of the tool host."""
+
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def tools(self) -> Mapping[str, DynamicTool]: ...
+
+    async def call(self, name: str, arguments: Any) -> CallOutcome: ...
 
 
 class ThreadTools:

@@ -28,7 +28,7 @@ from typing import Any, cast
 import trio
 
 from ..protocol import ToolOutput, ToolOutputImage, ToolOutputText
-from .calls import ThreadTools
+from .calls import ToolSet
 from .sdk import load_mcp
 from .servers import DYNAMIC_TOOLS_SERVER, McpStdioServer
 
@@ -82,23 +82,23 @@ class ToolHost:
     def __init__(self, socket_path: str, nursery: trio.Nursery) -> None:
         self.socket_path = socket_path
         self._nursery = nursery
-        self._threads: dict[str, ThreadTools] = {}  # token → the thread's tools
+        self._threads: dict[str, tuple[str, ToolSet]] = {}  # token → server name, tools
 
-    def register(self, tools: ThreadTools) -> McpStdioServer:
-        """Serve `tools`; the MCP server entry the thread's CLI gets for them (the SDK is
-        loaded meanwhile, while the CLI starts)."""
+    def register(self, tools: ToolSet, name: str = DYNAMIC_TOOLS_SERVER) -> McpStdioServer:
+        """Serve `tools` as the MCP server `name`; the server entry the thread's CLI gets for
+        them (the SDK is loaded meanwhile, while the CLI starts)."""
         token = secrets.token_urlsafe(32)
-        self._threads[token] = tools
+        self._threads[token] = (name, tools)
         self._nursery.start_soon(self._preload)
         return McpStdioServer(
-            name=DYNAMIC_TOOLS_SERVER,
+            name=name,
             command=sys.executable,
             args=["-I", "-S", _BRIDGE],
             env={"THREADLINE_TOOLS_SOCKET": self.socket_path, "THREADLINE_TOOLS_TOKEN": token},
         )
 
-    def unregister(self, tools: ThreadTools) -> None:
-        for token in [t for t, v in self._threads.items() if v is tools]:
+    def unregister(self, tools: ToolSet) -> None:
+        for token in [t for t, (_, v) in self._threads.items() if v is tools]:
             del self._threads[token]
 
     async def _preload(self) -> None:
@@ -119,18 +119,19 @@ class ToolHost:
             token = None
             with trio.move_on_after(_TOKEN_WAIT):
                 token = await lines.readline()
-            tools = self._threads.get(token.decode(errors="replace")) if token else None
-            if tools is None:
+            served = self._threads.get(token.decode(errors="replace")) if token else None
+            if served is None:
                 log.warning("refused a tool connection: unknown token")
                 return
+            name, tools = served
             try:
                 await load_mcp()
-                await _serve_mcp(lines, tools)
+                await _serve_mcp(lines, name, tools)
             except Exception:
                 log.exception("the MCP connection of thread %s failed", tools.thread_id)
 
 
-async def _serve_mcp(lines: _Lines, tools: ThreadTools) -> None:
+async def _serve_mcp(lines: _Lines, name: str, tools: ToolSet) -> None:
     """Run the SDK's MCP server on one connection until the bridge closes it."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
@@ -148,9 +149,7 @@ async def _serve_mcp(lines: _Lines, tools: ThreadTools) -> None:
         content = [_content(types, item) for item in outcome.content]
         return types.CallToolResult(content=content, is_error=not outcome.success)
 
-    server: Server[Any] = Server(
-        DYNAMIC_TOOLS_SERVER, on_list_tools=list_tools, on_call_tool=call_tool
-    )
+    server: Server[Any] = Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
     stream = cast(Any, lines)  # (the transport reads lines and calls write/flush: duck-typed)
     async with stdio_server(stdin=stream, stdout=stream) as (read, write):
         await server.run(read, write, server.create_initialization_options())

@@ -54,6 +54,8 @@ class ThreadDeleteParams(Base, kw_only=True):
     #: threadline extension: also remove the CLI's own session files where the backend
     #: knows them (default: only threadline's record and log go).
     delete_backend_session: bool = False
+    #: threadline extension: also remove the thread's mailbox (default: it is kept).
+    delete_mailbox: bool = False
 
 
 class ThreadDeleteResponse(Base, kw_only=True):

@@ -26,6 +26,16 @@ from .control import (
     TurnSteerResponse,
 )
 from .inputs import UserInput
+from .mailbox import (
+    MailboxListParams,
+    MailboxListResponse,
+    MailboxMarkReadParams,
+    MailboxMarkReadResponse,
+    MailboxReadParams,
+    MailboxReadResponse,
+    MailboxSendParams,
+    MailboxSendResponse,
+)
 from .management import (
     ThreadDeleteParams,
     ThreadDeleteResponse,
@@ -428,6 +438,10 @@ CLIENT_METHODS: dict[str, tuple[type[Base], type[Base]]] = {
     "turn/interrupt": (TurnInterruptParams, TurnInterruptResponse),
     "turn/cancel": (TurnInterruptParams, TurnInterruptResponse),
     "model/list": (ModelListParams, ModelListResponse),
+    "mailbox/send": (MailboxSendParams, MailboxSendResponse),
+    "mailbox/list": (MailboxListParams, MailboxListResponse),
+    "mailbox/read": (MailboxReadParams, MailboxReadResponse),
+    "mailbox/markRead": (MailboxMarkReadParams, MailboxMarkReadResponse),
 }
 
 #: Client notifications we accept (and ignore beyond logging).

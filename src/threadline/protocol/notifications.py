@@ -7,6 +7,7 @@ from typing import Literal
 from .base import Base, ItemScoped, RequestId, TurnScoped
 from .common import Thread, ThreadStatus, ThreadTokenUsage, Turn, TurnError, TurnPlanStep
 from .items import ThreadItem
+from .mailbox import MailboxMessageReceivedNotification
 from .server_requests import ApprovalDecision
 
 __all__ = [
@@ -205,4 +206,5 @@ NOTIFICATIONS: dict[str, type[Base]] = {
     "warning": WarningNotification,
     "serverRequest/resolved": ServerRequestResolvedNotification,
     "item/approval/autoDecided": ApprovalAutoDecidedNotification,
+    "mailbox/messageReceived": MailboxMessageReceivedNotification,
 }

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
+import trio
 
 from ..protocol import (
     AgentMessageItem,
@@ -132,6 +133,8 @@ class ThreadAdmin:
                 await service.peer.notify(
                     "warning", WarningNotification(message=message, thread_id=record.id)
                 )
+        if p.delete_mailbox:
+            await trio.to_thread.run_sync(service.mail.remove, record.id)
         await service.store.delete(record.id)
         await service.peer.notify("thread/deleted", ThreadDeletedNotification(thread_id=record.id))
         return ThreadDeleteResponse()

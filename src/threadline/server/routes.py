@@ -34,4 +34,8 @@ def handlers(service: ThreadService) -> dict[str, Any]:
         "turn/interrupt": service.turn_interrupt,
         "turn/cancel": service.turn_interrupt,
         "model/list": service.model_list,
+        "mailbox/send": service.mail.send,
+        "mailbox/list": service.mail.list_messages,
+        "mailbox/read": service.mail.read,
+        "mailbox/markRead": service.mail.mark_read,
     }

@@ -69,6 +69,7 @@ from ..store import StoreCorrupt, ThreadRecord, ThreadStore, TurnStartedEntry, t
 from .adoption import history, native_sessions, native_view, wanted_session
 from .approvals import parse_rules
 from .config import ServerConfig
+from .mail import MailService
 from .overrides import apply_overrides, foreign_model_warning
 from .threads import LoadedThread, thread_view
 
@@ -174,6 +175,8 @@ class ThreadService:
         self._opening: set[str] = set()
         self._tools = ToolHosting(nursery)
         self.shutting_down = False
+        self.mail = MailService(str(store.root), self.loaded, store.exists)
+        nursery.start_soon(self.mail.watch)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -371,6 +374,7 @@ class ThreadService:
         dynamic_tools: Sequence[DynamicToolSpec] = (),
     ) -> LoadedThread:
         config = settings.config
+        MailService.check_options(config)
         try:
             rules = parse_rules(config.get("approvalRules"))
             servers = parse_servers(config)
@@ -391,6 +395,7 @@ class ThreadService:
             dynamic_tools=dynamic_tools,
         )
         thread.warnings = warnings
+        await self.mail.open(thread, self._tools)
         await self._serve_tools(thread)
         await self._nursery.start(thread.main)
         self.loaded[record.id] = thread

@@ -112,6 +112,10 @@ class ThreadStore:
         async with self._lock(rec.id):
             await trio.to_thread.run_sync(_write_atomic, meta_path(self.root, rec.id), data)
 
+    def exists(self, thread_id: str) -> bool:
+        """Whether a thread of that id is stored (blocking: a stat)."""
+        return is_thread_id(thread_id) and meta_path(self.root, thread_id).is_file()
+
     async def load(self, thread_id: str) -> ThreadRecord | None:
         """The thread's record, None if absent; StoreCorrupt if its meta.json is unreadable."""
         checked_thread_id(thread_id)

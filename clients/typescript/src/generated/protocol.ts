@@ -26,7 +26,11 @@ export type ClientRequest =
   | TurnSteerRequest
   | TurnInterruptRequest
   | TurnCancelRequest
-  | ModelListRequest;
+  | ModelListRequest
+  | MailboxSendRequest
+  | MailboxListRequest
+  | MailboxReadRequest
+  | MailboxMarkReadRequest;
 export type RequestId = string | number;
 /**
  * The answer to a batch request: one response or error per request.
@@ -66,7 +70,8 @@ export type ServerNotification =
   | ErrorMessage
   | WarningMessage
   | ServerRequestResolvedMessage
-  | ItemApprovalAutoDecidedMessage;
+  | ItemApprovalAutoDecidedMessage
+  | MailboxMessageReceivedMessage;
 export type ServerRequest =
   | ItemCommandExecutionRequestApprovalServerRequest
   | ItemFileChangeRequestApprovalServerRequest
@@ -354,6 +359,7 @@ export interface ThreadDeleteRequest {
 }
 export interface ThreadDeleteParams {
   deleteBackendSession?: boolean;
+  deleteMailbox?: boolean;
   threadId: string;
 }
 export interface ThreadNameSetRequest {
@@ -545,6 +551,52 @@ export interface ModelListParams {
   includeHidden?: boolean | null;
   limit?: number | null;
   modelProvider?: string | null;
+}
+export interface MailboxSendRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "mailbox/send";
+  params?: MailboxSendParams;
+}
+/**
+ * Send mail: from the thread `threadId` (from the client when it is left out).
+ */
+export interface MailboxSendParams {
+  body: string;
+  inReplyTo?: string | null;
+  subject?: string;
+  threadId?: string | null;
+  to: string;
+}
+export interface MailboxListRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "mailbox/list";
+  params?: MailboxListParams;
+}
+export interface MailboxListParams {
+  threadId: string;
+  unreadOnly?: boolean;
+}
+export interface MailboxReadRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "mailbox/read";
+  params?: MailboxReadParams;
+}
+export interface MailboxReadParams {
+  id: string;
+  threadId: string;
+}
+export interface MailboxMarkReadRequest {
+  id: RequestId;
+  jsonrpc?: "2.0";
+  method: "mailbox/markRead";
+  params?: MailboxMarkReadParams;
+}
+export interface MailboxMarkReadParams {
+  id: string;
+  threadId: string;
 }
 export interface CommandExecutionItem {
   aggregatedOutput?: string | null;
@@ -1005,6 +1057,45 @@ export interface JSONRPCErrorObject {
   data?: unknown;
   message: string;
 }
+/**
+ * A message in a thread's mailbox.
+ */
+export interface MailMessage {
+  body?: string | null;
+  date: number;
+  from: string;
+  id: string;
+  inReplyTo?: string | null;
+  messageId: string;
+  subject: string;
+  to: string;
+  unread: boolean;
+}
+export interface MailboxListResponse {
+  data: MailMessage[];
+}
+export interface MailboxMarkReadResponse {
+  message: MailMessage;
+}
+export interface MailboxMessageReceivedMessage {
+  emittedAtMs?: number;
+  jsonrpc: "2.0";
+  method: "mailbox/messageReceived";
+  params: MailboxMessageReceivedNotification;
+}
+/**
+ * Mail arrived for a loaded thread (to the thread's followers); no body.
+ */
+export interface MailboxMessageReceivedNotification {
+  message: MailMessage;
+  threadId: string;
+}
+export interface MailboxReadResponse {
+  message: MailMessage;
+}
+export interface MailboxSendResponse {
+  message: MailMessage;
+}
 export interface Model {
   defaultReasoningEffort: string;
   description: string;
@@ -1359,6 +1450,22 @@ export interface ClientRequests {
     params: InitializeParams;
     result: InitializeResponse;
   };
+  "mailbox/list": {
+    params: MailboxListParams;
+    result: MailboxListResponse;
+  };
+  "mailbox/markRead": {
+    params: MailboxMarkReadParams;
+    result: MailboxMarkReadResponse;
+  };
+  "mailbox/read": {
+    params: MailboxReadParams;
+    result: MailboxReadResponse;
+  };
+  "mailbox/send": {
+    params: MailboxSendParams;
+    result: MailboxSendResponse;
+  };
   "model/list": {
     params: ModelListParams;
     result: ModelListResponse;
@@ -1459,6 +1566,7 @@ export interface ServerNotifications {
   "item/reasoning/summaryTextDelta": ReasoningSummaryTextDeltaNotification;
   "item/reasoning/textDelta": ReasoningTextDeltaNotification;
   "item/started": ItemStartedNotification;
+  "mailbox/messageReceived": MailboxMessageReceivedNotification;
   "serverRequest/resolved": ServerRequestResolvedNotification;
   "thread/archived": ThreadArchivedNotification;
   "thread/closed": ThreadClosedNotification;
@@ -1503,6 +1611,10 @@ export interface ServerRequests {
 /** Every client request method. */
 export const CLIENT_REQUEST_METHODS = [
   "initialize",
+  "mailbox/list",
+  "mailbox/markRead",
+  "mailbox/read",
+  "mailbox/send",
   "model/list",
   "thread/archive",
   "thread/compact/start",
@@ -1540,6 +1652,7 @@ export const SERVER_NOTIFICATION_METHODS = [
   "item/reasoning/summaryTextDelta",
   "item/reasoning/textDelta",
   "item/started",
+  "mailbox/messageReceived",
   "serverRequest/resolved",
   "thread/archived",
   "thread/closed",

@@ -21,11 +21,14 @@ HOME_DIR = "/home/user/.local/share/threadline"
 FIXED_SECONDS = 1767225600  # 2026-01-01T00:00:00Z
 FIXED_MS = FIXED_SECONDS * 1000
 FIXED_DURATION_MS = 1200
-_SECONDS_KEYS = frozenset({"createdAt", "updatedAt", "startedAt", "completedAt"})
+_SECONDS_KEYS = frozenset({"createdAt", "updatedAt", "startedAt", "completedAt", "date"})
 _MS_KEYS = frozenset({"startedAtMs", "completedAtMs", "emittedAtMs"})
 _DURATION_KEYS = frozenset({"durationMs"})
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _PLATFORM = re.compile(r"\([^)]*\)")
+#: A Maildir key (`<seconds>.M<µs>P<pid>Q<n>.<host>`) and an email Message-ID.
+_MAIL_KEY = re.compile(r"\d+\.M\d+P\d+Q\d+\.[^\s\"/:]+")
+_MESSAGE_ID = re.compile(r"<\d+\.\d+\.\d+@threadline\.local>")
 
 
 class Normaliser:
@@ -43,9 +46,22 @@ class Normaliser:
             self._ids[raw] = f"00000000-0000-7000-8000-{len(self._ids) + 1:012d}"
         return self._ids[raw]
 
+    def _numbered(self, pattern: str) -> Any:
+        def fixed(match: re.Match[str]) -> str:
+            raw = match.group(0)
+            if raw not in self._ids:
+                self._ids[raw] = pattern.format(n=len(self._ids) + 1)
+            return self._ids[raw]
+
+        return fixed
+
     def text(self, value: str) -> str:
         for raw, fixed in self._paths:
             value = value.replace(raw, fixed)
+        value = _MAIL_KEY.sub(self._numbered(f"{FIXED_SECONDS}.M{{n}}P1Q1.host"), value)
+        value = _MESSAGE_ID.sub(
+            self._numbered(f"<{FIXED_SECONDS}.{{n}}.1@threadline.local>"), value
+        )
         return _UUID.sub(self._placeholder, value)
 
     def __call__(self, value: Any, key: str | None = None) -> Any:

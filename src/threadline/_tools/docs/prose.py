@@ -256,6 +256,16 @@ _SUMMARIES = {
     "finished is a harmless `{}`.",
     "turn/cancel": "threadline's alias of `turn/interrupt`: same params, same effect.",
     "model/list": "The models each backend offers (`modelProvider` filters to one backend).",
+    "mailbox/send": "Send mail to a thread's address (`<thread id>@threadline.local` or an "
+    "alias): from the thread `threadId`, or from the client (`client@threadline.local`) when "
+    "it is left out; `inReplyTo` answers a message of `threadId`'s mailbox, threaded. "
+    "Delivered atomically into the recipient's Maildir (see mailbox.md).",
+    "mailbox/list": "The messages in a thread's mailbox, oldest first, without bodies "
+    "(`unreadOnly` for the unread ones).",
+    "mailbox/read": "One message of a thread's mailbox, with its body (it stays unread).",
+    "mailbox/markRead": "Mark a message of a thread's mailbox read.",
+    "mailbox/messageReceived": "Mail arrived for a loaded thread (from this server or another "
+    "sharing its state directory); to the thread's followers.",
     "thread/started": "A thread was created (sent after the `thread/start` response).",
     "thread/status/changed": "The thread's status: `idle`, `active` (with `activeFlags`: "
     "`waitingOnApproval`, `waitingOnUserInput`) or `notLoaded`.",

@@ -356,6 +356,18 @@ class _Lifetime:
         await self.call("thread/turns/list", {"threadId": thread_id, "limit": 2})
         await self.call("thread/items/list", {"threadId": thread_id, "limit": 3})
         await self.call("thread/fork", {"threadId": thread_id, "excludeTurns": True})
+        await self.mail_examples(thread_id)
+
+    async def mail_examples(self, thread_id: str) -> None:
+        """The client mails the thread; its followers hear of it; the thread's mail read."""
+        to = f"{thread_id}@threadline.local"
+        body = "The licence section moved to LICENSE.md."
+        await self.call("mailbox/send", {"to": to, "subject": "README", "body": body})
+        arrived = await self.recorder.until(lambda m: m.get("method") == "mailbox/messageReceived")
+        key = arrived["params"]["message"]["id"]
+        await self.call("mailbox/list", {"threadId": thread_id, "unreadOnly": True})
+        await self.call("mailbox/read", {"threadId": thread_id, "id": key})
+        await self.call("mailbox/markRead", {"threadId": thread_id, "id": key})
 
     async def request_errors(self, thread_id: str) -> None:
         await self.refused("unknown method", "thread/goal/get", {"threadId": thread_id})
