@@ -18,15 +18,15 @@ from ...protocol import Model, ToolRequestUserInputOption, ToolRequestUserInputQ
 from .. import base as b
 from ..kit.spawn import LiveCliSession
 from .content import COMPACT, new_uuid, user_line, user_message
+from .approve import approve
 from .controls import INTERRUPT, Replies, Reply, live_request, taken_inputs
 from .invocation import (
-    _DECLINE_MESSAGE,
     ClaudeSession,
     _env,
     _failure_from_exit,
     _finish_turn,
 )
-from .mapping import EDIT_TOOLS, ClaudeTurnMapper
+from .mapping import ClaudeTurnMapper
 from .mcp import failure_message, server_errors
 from .models import claude_models
 from .spec import SPEC
@@ -434,63 +434,10 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         args: dict[str, Any],
         request: dict[str, Any],
     ) -> dict[str, Any]:
-        if mapper.is_dynamic_tool(tool):
-            # One of the client's own tools: the client answers the call itself (threadline's
-            # tool host asks it), so claude runs it unasked and no item of ours shows it.
-            return {"behavior": "allow", "updatedInput": args}
-        if tool_id not in mapper.tools:
-            item = mapper.item_for_tool(tool_id, tool, args)
-            mapper.tools[tool_id] = item
-            await ctx.emit(b.ItemStarted(item))
         reason = (
             request.get("decision_reason") or request.get("title") or request.get("description")
         )
-        if tool == "Bash":
-            approval = b.ApprovalRequest(
-                kind="command",
-                item_id=tool_id,
-                command=str(args.get("command", "")),
-                cwd=self.settings.cwd,
-                reason=str(reason) if reason else None,
-            )
-        elif tool in EDIT_TOOLS:
-            approval = b.ApprovalRequest(
-                kind="fileChange", item_id=tool_id, reason=str(reason) if reason else None
-            )
-        else:
-            approval = b.ApprovalRequest(
-                kind="tool",
-                item_id=tool_id,
-                tool=tool,
-                arguments=args,
-                reason=str(reason) if reason else None,
-            )
-        decision = await ctx.request_approval(approval)
-        mapper.decisions[tool_id] = decision
-        if decision == "accept":
-            return {"behavior": "allow", "updatedInput": args}
-        if decision == "acceptForSession":
-            if tool == "Bash":
-                update: dict[str, Any] = {
-                    "type": "addRules",
-                    "behavior": "allow",
-                    "destination": "session",
-                    "rules": [{"toolName": "Bash", "ruleContent": str(args.get("command", ""))}],
-                }
-            elif tool in EDIT_TOOLS:
-                update = {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
-            else:
-                update = {
-                    "type": "addRules",
-                    "behavior": "allow",
-                    "destination": "session",
-                    "rules": [{"toolName": tool}],
-                }
-            # destination "session" only: never write .claude/settings.local.json into the repo.
-            return {"behavior": "allow", "updatedInput": args, "updatedPermissions": [update]}
-        if decision == "cancel":
-            return {"behavior": "deny", "message": _DECLINE_MESSAGE, "interrupt": True}
-        return {"behavior": "deny", "message": _DECLINE_MESSAGE}
+        return await approve(ctx, mapper, tool, tool_id, args, reason, self.settings.cwd)
 
     async def _ask_user(
         self, ctx: b.TurnContext, mapper: ClaudeTurnMapper, tool_id: str, args: dict[str, Any]

@@ -1,0 +1,198 @@
+"""Claude Code's tui mode end to end: the real interactive `claude` in a tmux session that
+threadline owns, driven through the protocol, against the scripted fake Anthropic API.
+
+What a client sees (items, approvals, turn status), what a person attached to the tmux session
+sees (`capture-pane`), and what really happened (files, processes, what the model was sent).
+The fixture's orphan check covers the tmux server and every process in its panes (they carry
+the test's marker variable).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.claude_env import ClaudeEnv
+from tests.fakes.anthropic import Rule, Step, Text, ToolUse
+from tests.support.cli_env import cmdline
+from tests.support.client import Message, ServerProcess, assert_items_balanced
+from tests.support.events import (
+    agent_text,
+    items_completed,
+    items_started,
+    no_requests,
+    requests_in,
+    status,
+    turn,
+)
+
+pytestmark = pytest.mark.e2e
+
+ROLE = "You are the REVIEWER-7 role: answer in one line."
+SLEEPER = "touch sleeper-started.txt && sleep 300 && touch sleeper-finished.txt"
+
+
+def bash(command: str) -> ToolUse:
+    return ToolUse("Bash", {"command": command, "description": "Run the requested command"})
+
+
+async def open_tui_thread(env: ClaudeEnv, srv: ServerProcess, **params: Any) -> tuple[str, str]:
+    """A tui thread; (its id, the tmux socket it runs on)."""
+    await srv.initialize()
+    result = await srv.call(
+        "thread/start",
+        {"cwd": str(env.work), "modelProvider": "claude", "config": {"mode": "tui"}, **params},
+    )
+    tid = result["thread"]["id"]
+    return tid, f"threadline-{srv.pid}"
+
+
+def tmux(socket: str, *args: str) -> str:
+    done = subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=False
+    )
+    return done.stdout
+
+
+def screen(socket: str, session: str) -> str:
+    return tmux(socket, "capture-pane", "-p", "-t", session)
+
+
+def tmux_servers(socket: str) -> list[int]:
+    """Live tmux server processes on `socket`."""
+    return [
+        pid
+        for pid in _pids()
+        if (argv := cmdline(pid)) and "tmux" in os.path.basename(argv[0]) and socket in argv
+    ]
+
+
+def _pids() -> list[int]:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
+    def on_request(message: Message) -> Any:
+        seen.append(message)
+        return {"decision": decision}
+
+    return on_request
+
+
+def user_texts(messages: list[dict[str, Any]]) -> str:
+    """Every text the model was sent as the user's, joined."""
+    out = []
+    for m in messages:
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        out += [b.get("text", "") for b in blocks or [] if b.get("type") == "text"]
+    return "\n".join(out)
+
+
+# -- a turn, what the pane shows, the role -----------------------------------------------------
+
+
+async def test_turn_text_screen_and_role(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+    env = claude_env
+    env.script(
+        Rule("first question", [Step([Text("The answer is forty-two.")])]),
+        Rule("second question", ["Second answer."]),
+    )
+    async with env.server(nursery) as srv:
+        t0 = time.monotonic()
+        tid, socket = await open_tui_thread(env, srv, developerInstructions=ROLE)
+        env.timings["thread/start (claude in tmux, ready)"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        t1, events = await turn(srv, tid, "first question")
+        env.timings["first turn"] = time.monotonic() - t0
+        assert status(t1) == "completed", t1.get("error")
+        assert agent_text(events) == "The answer is forty-two."
+        [message] = items_completed(events, "agentMessage")
+        assert message["text"] == "The answer is forty-two."
+        # what a person attached to the session sees
+        shown = screen(socket, tid)
+        assert "first question" in shown and "The answer is forty-two." in shown, shown
+
+        t2, events = await turn(srv, tid, "second question")
+        assert status(t2) == "completed" and agent_text(events) == "Second answer."
+        assert env.thread_record(tid)["roleBootstrapApplied"] is True
+
+    first, second = env.fake.model_requests
+    assert ROLE in first.system_text and ROLE in second.system_text
+    # the bootstrap message is sent once: in the first prompt only
+    assert user_texts(first.messages).count(ROLE) == 1
+    assert user_texts(second.messages).count(ROLE) == 1  # turn 1's, in the history
+    assert "second question" in user_texts(second.messages[-1:])
+    assert ROLE not in user_texts(second.messages[-1:])
+    assert tmux_servers(socket) == []
+
+
+# -- approvals --------------------------------------------------------------------------------
+
+
+async def test_command_approval_accept_and_decline(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(
+        Rule("please accept", [bash("touch accepted.txt && echo made-it"), "Created it."]),
+        Rule("please decline", [bash("touch declined.txt"), "Understood, not created."]),
+    )
+    seen: list[Message] = []
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        t, events = await turn(srv, tid, "please accept", answer("accept", seen))
+        assert status(t) == "completed", t
+        [request] = requests_in(events)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        [started] = items_started(events, "commandExecution")
+        assert request["params"]["itemId"] == started["id"]
+        assert request["params"]["command"] == "touch accepted.txt && echo made-it"
+        [cmd] = items_completed(events, "commandExecution")
+        assert cmd["status"] == "completed" and cmd["exitCode"] == 0, cmd
+        assert (cmd.get("aggregatedOutput") or "").strip() == "made-it"
+        assert (env.work / "accepted.txt").exists()
+        assert agent_text(events) == "Created it."
+
+        t, events = await turn(srv, tid, "please decline", answer("decline", seen))
+        assert status(t) == "completed" and agent_text(events) == "Understood, not created."
+        [cmd] = items_completed(events, "commandExecution")
+        assert cmd["status"] == "declined", cmd
+        assert not (env.work / "declined.txt").exists()
+
+
+# -- interrupt --------------------------------------------------------------------------------
+
+
+async def test_interrupt_kills_the_running_command(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(
+        Rule("run the sleeper", [bash(SLEEPER), "Not reached."]),
+        Rule("afterwards", ["Still working fine."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv, approvalPolicy="never")
+        turn_id = await srv.start_turn(tid, "run the sleeper")
+        seen: list[Any] = []
+        await env.wait_until(lambda: (env.work / "sleeper-started.txt").exists(), "the sleeper")
+        assert env.sleepers(300), "the command is not running"
+        t0 = time.monotonic()
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+        env.timings["turn/interrupt while a command runs"] = time.monotonic() - t0
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(seen)
+        await env.wait_until(lambda: not env.sleepers(300), "the sleeper gone", timeout=5)
+
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed" and agent_text(events) == "Still working fine."
