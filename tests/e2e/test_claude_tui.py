@@ -123,7 +123,7 @@ async def test_turn_text_screen_and_role(nursery: trio.Nursery, claude_env: Clau
 
         t2, events = await turn(srv, tid, "second question")
         assert status(t2) == "completed" and agent_text(events) == "Second answer."
-        assert env.thread_record(tid)["roleBootstrapApplied"] is True
+        assert env.thread_record(tid)["role_bootstrap_applied"] is True
 
     first, second = env.fake.model_requests
     assert ROLE in first.system_text and ROLE in second.system_text
