@@ -235,6 +235,17 @@ class RecordedRequest(RecordedBase):
         return _user_text(users[-1]) if users else ""
 
     @property
+    def user_texts(self) -> list[str]:
+        """Every text block of the user messages, in order (reminders left in)."""
+        return [
+            b.get("text", "")
+            for m in self.messages
+            if m.get("role") == "user"
+            for b in _blocks(m)
+            if b.get("type") == "text"
+        ]
+
+    @property
     def tool_results(self) -> list[dict[str, Any]]:
         """tool_result blocks of the latest user message."""
         users = [m for m in self.messages if m.get("role") == "user"]

@@ -39,6 +39,7 @@ from ..protocol import (
     UserInput,
 )
 from .kit.cli_binary import check_cli, resolve_cli
+from .kit.native import NativeSession
 from .kit.session_files import remove_files
 from .registry import SPECS
 from .spec import BackendCheck, BackendSpec, foreign_model
@@ -485,6 +486,14 @@ class Backend(abc.ABC):
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str] | None:
         """The CLI's own files of session `session_id` (see `kit.session_files`); None when
         the backend does not know where its CLI keeps them."""
+        return None
+
+    def native_sessions(
+        self, env: Mapping[str, str], cwd: str | None
+    ) -> list[NativeSession] | None:
+        """The sessions in the CLI's own store, whoever started them, newest first: those begun
+        in `cwd`, or all (`thread/list` with `source: "native"`, adopting one with
+        `thread/resume`). None when the backend cannot list them. Synchronous file work."""
         return None
 
     async def delete_session(self, env: Mapping[str, str], cwd: str, session_id: str) -> str | None:

@@ -271,6 +271,32 @@ class Client(ThreadRequests):
         params = ThreadResumeParams(thread_id=thread_id, **fields)
         return await self._call("thread/resume", params, ThreadResumeResponse)
 
+    async def adopt_session(
+        self,
+        model_provider: str,
+        backend_session_id: str | None = None,
+        *,
+        latest: bool = False,
+        path: str | None = None,
+        inject_role: bool = False,
+        **fields: Any,
+    ) -> ThreadResumeResponse:
+        """`thread/resume` of a session of the CLI's own (`list_threads(source="native")`
+        lists them): by id, the newest in `cwd` (`latest`), or by the file it is kept in
+        (`path`); a new thread is bound to it, or the one bound to it already resumed.
+        `fields` are the other `ThreadResumeParams` fields (`cwd`, `config`, ...)."""
+        from ..protocol import ThreadResumeParams
+
+        params = ThreadResumeParams(
+            model_provider=model_provider,
+            backend_session_id=backend_session_id,
+            latest=latest,
+            path=path,
+            inject_role=inject_role,
+            **fields,
+        )
+        return await self._call("thread/resume", params, ThreadResumeResponse)
+
     async def read_thread(self, thread_id: str, include_turns: bool = True) -> ThreadReadResponse:
         from ..protocol import ThreadReadParams
 

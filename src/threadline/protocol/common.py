@@ -28,6 +28,7 @@ __all__ = [
     "ThreadStatus",
     "ThreadSystemError",
     "ThreadTokenUsage",
+    "ThreadTui",
     "TokenUsageBreakdown",
     "Turn",
     "TurnError",
@@ -157,6 +158,14 @@ class GitInfo(Base, kw_only=True):
     sha: str | None = None
 
 
+class ThreadTui(Base, kw_only=True):
+    """A tui-mode thread's CLI, running in tmux: `attach` is the command that shows it."""
+
+    socket: str
+    session: str
+    attach: str
+
+
 class Thread(Base, kw_only=True):
     id: str
     session_id: str
@@ -180,3 +189,6 @@ class Thread(Base, kw_only=True):
     #: The thread this one was forked from (`thread/fork`).
     forked_from_id: str | None = None
     git_info: GitInfo | None = None
+    #: tui mode (a threadline addition): where a person can watch the CLI's own interface,
+    #: once it runs.
+    tui: ThreadTui | None = None

@@ -227,8 +227,24 @@ class ThreadStartResponse(Base, kw_only=True):
 
 
 class ThreadResumeParams(ThreadSettingsParams, kw_only=True):
-    thread_id: str
+    """Resume a threadline thread (`threadId`), or adopt a session of the CLI's own, started
+    outside threadline too (`modelProvider` names the backend; `backendSessionId`, `latest`
+    or `path` the session): a new thread is bound to it, or the thread already bound to it
+    is resumed."""
+
+    #: The thread to resume (required unless a CLI session is adopted).
+    thread_id: str | None = None
     exclude_turns: bool = False
+    #: Adopt the CLI's session with this id (as `thread/list` with `source: "native"`
+    #: lists it).
+    backend_session_id: str | None = None
+    #: Adopt the CLI's newest session begun in `cwd` (the server's directory by default).
+    latest: bool = False
+    #: Adopt the session kept in this file (Codex's rollout path; claude's transcript).
+    path: str | None = None
+    #: An adopted session: deliver the thread's role prompt as a bootstrap message with its
+    #: first turn. By default it is not (the chat already has its own).
+    inject_role: bool = False
 
 
 class ThreadResumeResponse(ThreadStartResponse, kw_only=True):
@@ -272,6 +288,9 @@ class ThreadListParams(_PageParams, kw_only=True):
     cwd: str | list[str] | None = None
     model_providers: list[str] | None = None
     search_term: str | None = None
+    #: `native`: list the sessions in the CLIs' own stores instead (whoever started them:
+    #: `id` is the CLI's session id, for `thread/resume` `backendSessionId`).
+    source: Literal["threadline", "native"] | None = None
 
 
 class ThreadListResponse(_Page[Thread], kw_only=True):

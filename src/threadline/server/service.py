@@ -17,6 +17,7 @@ from ..agent_tools.servers import parse_servers, resolve
 from ..backends.base import Backend, ConfigInvalid, SessionSettings
 from ..backends.kit.cli_binary import resolve_cli
 from ..backends.kit.images import image_problems
+from ..backends.kit.native import NativeSession
 from ..ids import InvalidId, new_id, validate_id
 from ..procs.executables import ProcessError
 from ..protocol import (
@@ -33,6 +34,7 @@ from ..protocol import (
     ModelListResponse,
     ReadOnlySandbox,
     SandboxPolicy,
+    Thread,
     ThreadArchivedNotification,
     ThreadArchiveParams,
     ThreadForkResponse,
@@ -63,6 +65,7 @@ from ..rpc.connection import Reply
 from ..rpc.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError
 from ..rpc.peer import Peer
 from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
+from .adoption import native_sessions, native_view, wanted_session
 from .approvals import parse_rules
 from .config import ServerConfig
 from .overrides import apply_overrides, foreign_model_warning
@@ -126,6 +129,27 @@ def _offset(cursor: str | None) -> int:
         except ValueError:
             pass
     return 0
+
+
+_Row = TypeVar("_Row", ThreadRecord, Thread)
+
+
+def _sorted(rows: list[_Row], p: ThreadListParams) -> list[_Row]:
+    key = "updated_at" if p.sort_key in ("updated_at", "recency_at") else "created_at"
+    return sorted(rows, key=lambda r: (getattr(r, key), r.id), reverse=p.sort_direction != "asc")
+
+
+def _page(rows: list[Thread], p: ThreadListParams) -> ThreadListResponse:
+    """The page of `rows` that `p.cursor` (an offset) and `p.limit` name."""
+    start = 0
+    if p.cursor:
+        try:
+            start = max(0, int(p.cursor))
+        except ValueError:
+            raise RpcError(INVALID_PARAMS, f"Invalid params: bad cursor {p.cursor!r}") from None
+    limit = max(1, min(p.limit or 100, 1000))
+    nxt = str(start + limit) if start + limit < len(rows) else None
+    return ThreadListResponse(data=rows[start : start + limit], next_cursor=nxt)
 
 
 class ThreadService:
@@ -409,11 +433,27 @@ class ThreadService:
         if not record.ephemeral:
             # Written now, not lazily: a second client can resume a thread with no turns.
             await self.store.create(record)
-        thread.prewarm()
+        await thread.prewarm()
         return self.started_reply(thread, self.response(thread, ThreadStartResponse))
 
-    async def thread_resume(self, p: ThreadResumeParams) -> ThreadResumeResponse:
+    async def thread_resume(self, p: ThreadResumeParams) -> ThreadResumeResponse | Reply:
         self.refuse_when_shutting_down()
+        adopting = p.backend_session_id is not None or p.latest or bool(p.path)
+        if p.thread_id is None or (p.path and p.thread_id not in self.loaded):
+            # Codex's precedence: a path names the thread unless threadId is a running one.
+            if not adopting:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    "Invalid params: thread/resume needs threadId, or a CLI session to adopt "
+                    "(backendSessionId, latest or path)",
+                )
+            return await self._adopt(p)
+        if adopting and not p.path:
+            raise RpcError(
+                INVALID_PARAMS,
+                "Invalid params: give threadId or a CLI session to adopt "
+                "(backendSessionId, latest), not both",
+            )
         tid = self.thread_id(p.thread_id)
         thread = self.loaded.get(tid)
         if thread is None:
@@ -429,6 +469,69 @@ class ThreadService:
             await thread.save_record()
         turns = None if p.exclude_turns else await self.turns(thread.record)
         return self.response(thread, ThreadResumeResponse, turns)
+
+    async def _adopt(self, p: ThreadResumeParams) -> ThreadResumeResponse | Reply:
+        """Bind a thread to a session of the CLI's own (or resume the one bound to it)."""
+        if p.backend_session_id is not None and p.latest:
+            raise RpcError(
+                INVALID_PARAMS, "Invalid params: give backendSessionId or latest, not both"
+            )
+        backend = self._backend(p.model_provider)
+        cwd = self._check_cwd(p.cwd)
+        backend, native = await wanted_session(
+            p, backend, list(self.backends.values()), os.environ, cwd
+        )
+        for record in await self.store.list():
+            bound = record.backend == backend.id and record.backend_session_id == native.id
+            if bound and not record.archived:
+                return await self.thread_resume(
+                    msgspec.structs.replace(
+                        p, thread_id=record.id, backend_session_id=None, latest=False, path=None
+                    )
+                )
+        record, settings = self._adopted(p, backend, native)
+        self._require_cli(backend, settings)
+        thread = await self.open_thread(record, backend, settings, [])
+        await self.store.create(record)
+        await thread.prewarm()
+        turns: list[Turn] = []
+        return self.started_reply(thread, self.response(thread, ThreadResumeResponse, turns))
+
+    def _adopted(
+        self, p: ThreadResumeParams, backend: Backend, native: NativeSession
+    ) -> tuple[ThreadRecord, SessionSettings]:
+        """A new thread's record and settings, bound to the CLI session `native`."""
+        tid = new_id()
+        model = p.model if p.model and not backend.foreign_model(p.model) else native.model
+        if model and backend.foreign_model(model):
+            model = None
+        settings = self._settings(
+            thread_id=tid,
+            backend=backend,
+            cwd=self._check_cwd(native.cwd),
+            model=model,
+            approval_policy=_policy(p.approval_policy) or "on-request",
+            sandbox=p.sandbox,
+            base_instructions=p.base_instructions,
+            developer_instructions=p.developer_instructions,
+            config=dict(p.config or {}),
+        )
+        settings.backend_session_id = native.id
+        settings.resumed = True
+        settings.role_bootstrap_applied = not p.inject_role
+        now = int(time.time())
+        record = ThreadRecord(
+            id=tid,
+            backend=backend.id,
+            cwd=settings.cwd,
+            model=settings.model,
+            created_at=native.created_at or now,
+            updated_at=now,
+            preview=native.preview,
+            backend_session_id=native.id,
+            role_bootstrap_applied=settings.role_bootstrap_applied,
+        )
+        return record, settings
 
     async def _resume(self, tid: str, p: ThreadResumeParams) -> LoadedThread:
         record = await self.load_record(tid)
@@ -453,7 +556,7 @@ class ThreadService:
         tools = msgspec.convert(record.settings.get("dynamicTools") or [], list[DynamicToolSpec])
         thread = await self.open_thread(record, backend, settings, tools)
         await thread.save_record()
-        thread.prewarm()
+        await thread.prewarm()
         await self.warn_unsupported(thread)
         return thread
 
@@ -508,7 +611,7 @@ class ThreadService:
                 entries = await self.store.read_log(source.id)
                 if entries:
                     await self.store.append(record.id, entries, sync=True)
-        thread.prewarm()
+        await thread.prewarm()
         return thread
 
     async def turns(self, record: ThreadRecord) -> list[Turn]:
@@ -549,6 +652,8 @@ class ThreadService:
         return turns
 
     async def thread_list(self, p: ThreadListParams) -> ThreadListResponse:
+        if p.source == "native":
+            return await self._native_list(p)
         records = {r.id: r for r in await self.store.list()}
         for tid, thread in self.loaded.items():
             records[tid] = thread.record
@@ -567,22 +672,26 @@ class ThreadService:
                 if term not in record.preview.lower() and term not in (record.name or "").lower():
                     continue
             rows.append(record)
-        key = "updated_at" if p.sort_key in ("updated_at", "recency_at") else "created_at"
-        rows.sort(key=lambda r: (getattr(r, key), r.id), reverse=p.sort_direction != "asc")
-        start = 0
-        if p.cursor:
-            try:
-                start = max(0, int(p.cursor))
-            except ValueError:
-                raise RpcError(INVALID_PARAMS, f"Invalid params: bad cursor {p.cursor!r}") from None
-        limit = max(1, min(p.limit or 100, 1000))
-        page = rows[start : start + limit]
         data = []
-        for record in page:
+        for record in _sorted(rows, p):
             loaded = self.loaded.get(record.id)
             data.append(loaded.view() if loaded else thread_view(record, ThreadNotLoaded()))
-        nxt = str(start + limit) if start + limit < len(rows) else None
-        return ThreadListResponse(data=data, next_cursor=nxt)
+        return _page(data, p)
+
+    async def _native_list(self, p: ThreadListParams) -> ThreadListResponse:
+        """The sessions in the CLIs' own stores (`source: "native"`); none are archived."""
+        if p.archived:
+            return ThreadListResponse(data=[])
+        backends = [self._backend(b) for b in p.model_providers or self.backends]
+        cwds = [p.cwd] if isinstance(p.cwd, str) else p.cwd
+        views = [
+            native_view(backend, session)
+            for backend, session in await native_sessions(backends, os.environ, cwds)
+        ]
+        if p.search_term:
+            term = p.search_term.lower()
+            views = [v for v in views if term in v.preview.lower()]
+        return _page(_sorted(views, p), p)
 
     async def thread_read(self, p: ThreadReadParams) -> ThreadReadResponse:
         tid = self.thread_id(p.thread_id)

@@ -30,6 +30,7 @@ from ..protocol import (
     BackendCapabilities,
     DynamicToolSpec,
     GitInfo,
+    TextInput,
     Thread,
     ThreadActive,
     ThreadActiveFlag,
@@ -37,6 +38,7 @@ from ..protocol import (
     ThreadNotLoaded,
     ThreadStatus,
     ThreadStatusChangedNotification,
+    ThreadTui,
     ToolRequestUserInputQuestion,
     UserInput,
 )
@@ -164,6 +166,8 @@ class LoadedThread:
         #: Override fields (`OVERRIDE_FIELDS`) changed since the session was opened: applied
         #: (`BackendSession.reconfigure`) before the next turn uses it.
         self.pending_changes: set[str] = set()
+        #: tui mode: the wait for a turn started in the CLI's own interface, while no turn runs.
+        self._outside_wait: trio.CancelScope | None = None
 
     @property
     def id(self) -> str:
@@ -202,8 +206,14 @@ class LoadedThread:
         self._closing.set()
         await self._closed.wait()
 
-    def prewarm(self) -> None:
-        self.nursery.start_soon(self._prewarm)
+    async def prewarm(self) -> None:
+        """Open the CLI's session ahead of the first turn: in the background, or before the
+        thread is answered when the session tells where to watch it (tui mode: the answer
+        carries `thread.tui`)."""
+        if self.settings.mode == "tui":
+            await self._prewarm()
+        else:
+            self.nursery.start_soon(self._prewarm)
 
     async def _prewarm(self) -> None:
         try:
@@ -248,7 +258,13 @@ class LoadedThread:
             async with self.backend.session(self.settings) as session:
                 started = True
                 task_status.started(session)
-                await close.wait()
+                if session.tui is None:
+                    await close.wait()
+                else:
+                    async with trio.open_nursery() as watching:
+                        watching.start_soon(self._watch_outside, session)
+                        await close.wait()
+                        watching.cancel_scope.cancel()
         except Exception:
             if not started:
                 raise
@@ -257,6 +273,22 @@ class LoadedThread:
             done.set()
             if self.session is not None and started:
                 self.session.healthy = False
+
+    async def _watch_outside(self, session: BackendSession) -> None:
+        """tui mode: a turn a person starts in the CLI's own interface, while no turn runs,
+        is reported as a turn of the thread (`BackendSession.wait_outside_turn`)."""
+        while session.healthy:
+            running = self.running_turn
+            if running is not None:
+                await running.done.wait()
+                continue
+            prompt: str | None = None
+            with trio.CancelScope() as self._outside_wait:
+                prompt = await session.wait_outside_turn()
+            self._outside_wait = None
+            if prompt is not None and self.running_turn is None:
+                log.info("thread %s: a turn was started in the CLI's own interface", self.id)
+                self.start_turn([TextInput(text=prompt)], outside=True)
 
     async def _close_session(self) -> None:
         close, done = self._session_close, self._session_done
@@ -408,12 +440,22 @@ class LoadedThread:
             )
 
     def start_turn(
-        self, user_input: list[UserInput], *, output_schema: Any = None, compact: bool = False
+        self,
+        user_input: list[UserInput],
+        *,
+        output_schema: Any = None,
+        compact: bool = False,
+        outside: bool = False,
     ) -> TurnRun:
-        """Start a turn; it begins once its `turn/start` response is out (`run.response_sent`).
+        """Start a turn; it begins once its `turn/start` response is out (`run.response_sent`),
+        or at once when a person started it in the CLI's own interface (`outside`).
         Overrides were applied to the settings before (`overrides.apply`)."""
         self.refuse_when_busy()
-        run = TurnRun(self, user_input, output_schema=output_schema, compact=compact)
+        if self._outside_wait is not None:
+            self._outside_wait.cancel()
+        run = TurnRun(
+            self, user_input, output_schema=output_schema, compact=compact, outside=outside
+        )
         self.active_turn = run
         self.last_active = trio.current_time()
         if not self.record.preview:
@@ -449,7 +491,11 @@ class LoadedThread:
         await self._set_status(ThreadIdle())
 
     def view(self) -> Thread:
-        return thread_view(self.record, self.status)
+        view = thread_view(self.record, self.status)
+        tui = self.session.tui if self.session is not None else None
+        if tui is not None:
+            view.tui = ThreadTui(socket=tui.socket, session=tui.session, attach=tui.attach)
+        return view
 
     def _settings_record(self) -> dict[str, Any]:
         """The parts of the settings persisted for resume."""

@@ -108,12 +108,16 @@ class TurnRun:
         *,
         output_schema: Any = None,
         compact: bool = False,
+        outside: bool = False,
     ) -> None:
         self.thread = thread
         self.id = new_id()
         self.input = user_input
         self.output_schema = output_schema
         self.compact = compact
+        #: A person started it in the CLI's own interface (tui mode): no `turn/start` response
+        #: to wait for, and the prompt is the CLI's already.
+        self.outside = outside
         self.started_at = int(time.time())
         self._started_mono = time.monotonic()
         self.items = TurnItems(thread, self.id)
@@ -128,6 +132,8 @@ class TurnRun:
         # has nothing to stop natively (the CLI is not running this turn yet).
         self._backend_started = False
         self._response_sent = trio.Event()
+        if outside:
+            self._response_sent.set()
         self.done = trio.Event()
         #: Set once the turn is being interrupted or is over (pending tool calls withdraw).
         self.stopping = trio.Event()
@@ -242,15 +248,16 @@ class TurnRun:
         if self.compact:
             return await self._compact(session)
         given = self.input
-        context = await thread.take_context()
+        context = None if self.outside else await thread.take_context()
         if context is not None:
             given = [TextInput(text=context), *given]
         turn_input = b.TurnInput(
             turn_id=self.id,
             input=given,
             text=input_text(given),
-            bootstrap=thread.pending_bootstrap(),
+            bootstrap=None if self.outside else thread.pending_bootstrap(),
             output_schema=self.output_schema,
+            outside=self.outside,
         )
         self._backend_started = True
         seen = self._events_seen

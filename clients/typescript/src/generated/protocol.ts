@@ -214,9 +214,16 @@ export interface ThreadResumeRequest {
   method: "thread/resume";
   params?: ThreadResumeParams;
 }
+/**
+ * Resume a threadline thread (`threadId`), or adopt a session of the CLI's own, started
+ *     outside threadline too (`modelProvider` names the backend; `backendSessionId`, `latest`
+ *     or `path` the session): a new thread is bound to it, or the thread already bound to it
+ *     is resumed.
+ */
 export interface ThreadResumeParams {
   approvalPolicy?: ("never" | "on-request" | "untrusted") | GranularApproval | null;
   approvalsReviewer?: string | null;
+  backendSessionId?: string | null;
   baseInstructions?: string | null;
   config?: {
     [k: string]: unknown | undefined;
@@ -224,11 +231,14 @@ export interface ThreadResumeParams {
   cwd?: string | null;
   developerInstructions?: string | null;
   excludeTurns?: boolean;
+  injectRole?: boolean;
+  latest?: boolean;
   model?: string | null;
   modelProvider?: string | null;
+  path?: string | null;
   personality?: string | null;
   sandbox?: ("danger-full-access" | "read-only" | "workspace-write") | null;
-  threadId: string;
+  threadId?: string | null;
 }
 export interface ThreadListRequest {
   id: RequestId;
@@ -245,6 +255,7 @@ export interface ThreadListParams {
   searchTerm?: string | null;
   sortDirection?: ("asc" | "desc") | null;
   sortKey?: ("created_at" | "recency_at" | "section_position" | "updated_at") | null;
+  source?: ("native" | "threadline") | null;
 }
 export interface ThreadReadRequest {
   id: RequestId;
@@ -1030,6 +1041,7 @@ export interface Thread {
         [k: string]: unknown | undefined;
       };
   status: ThreadNotLoaded | ThreadIdle | ThreadSystemError | ThreadActive;
+  tui?: ThreadTui | null;
   turns: Turn[];
   updatedAt: number;
 }
@@ -1045,6 +1057,14 @@ export interface ThreadSystemError {
 export interface ThreadActive {
   activeFlags: ("waitingOnApproval" | "waitingOnUserInput")[];
   type: "active";
+}
+/**
+ * A tui-mode thread's CLI, running in tmux: `attach` is the command that shows it.
+ */
+export interface ThreadTui {
+  attach: string;
+  session: string;
+  socket: string;
 }
 export interface Turn {
   completedAt?: number | null;

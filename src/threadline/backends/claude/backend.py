@@ -27,7 +27,9 @@ from contextlib import asynccontextmanager
 
 from ... import protocol as p
 from .. import base as b
+from ..kit.native import NativeSession
 from ..kit.spawn import running
+from .native import claude_sessions
 from .print import ClaudePrintSession
 from .spec import SPEC
 from .stream import ClaudeStreamSession
@@ -89,6 +91,9 @@ class ClaudeBackend(b.Backend):
         config = env.get("CLAUDE_CONFIG_DIR") or os.path.join(home, ".claude")
         pattern = os.path.join(glob.escape(config), "projects", "*", f"{session_id}.jsonl")
         return sorted(glob.glob(pattern))
+
+    def native_sessions(self, env: Mapping[str, str], cwd: str | None) -> list[NativeSession]:
+        return claude_sessions(env, cwd)
 
 
 def create() -> ClaudeBackend:

@@ -33,10 +33,12 @@ import trio
 
 from ... import protocol as p
 from .. import base as b
+from ..kit.native import NativeSession
 from ..kit.session_files import codex_rollouts
 from .app_server import CodexAppServerSession, app_server_argv
 from .exec import CodexExecSession
 from .invocation import CodexCommand
+from .native import codex_sessions
 from .pool import CodexPool
 from .spec import SPEC
 
@@ -81,6 +83,9 @@ class CodexBackend(b.Backend):
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
         """Codex's rollout files of the thread (`$CODEX_HOME/sessions/…`, archived ones too)."""
         return codex_rollouts(env, session_id)
+
+    def native_sessions(self, env: Mapping[str, str], cwd: str | None) -> list[NativeSession]:
+        return codex_sessions(env, cwd)
 
     async def list_models(self) -> list[p.Model]:
         """Codex's own `model/list`, from an app-server running for one of the threads; the

@@ -28,10 +28,12 @@ from functools import partial
 
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
+from ..kit.native import NativeSession
 from .acp import GeminiAcpSession, _wait_out_session_minute
 from .headless import GeminiHeadlessSession
 from .invocation import _env, _model_flags
 from .mcp import DEBUG_LOG
+from .native import gemini_sessions
 from .sessions import prune_empty, session_files
 from .spec import SPEC
 
@@ -58,6 +60,9 @@ class GeminiBackend(PooledAcpBackend):
 
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
         return session_files(env, session_id)
+
+    def native_sessions(self, env: Mapping[str, str], cwd: str | None) -> list[NativeSession]:
+        return gemini_sessions(env, cwd)
 
     def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
         return GeminiHeadlessSession(settings, binary)
