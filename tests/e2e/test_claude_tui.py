@@ -196,3 +196,83 @@ async def test_interrupt_kills_the_running_command(
 
         t, events = await turn(srv, tid, "afterwards")
         assert status(t) == "completed" and agent_text(events) == "Still working fine."
+
+
+# -- a turn a person starts in the tmux session ----------------------------------------------
+
+
+async def test_prompt_typed_in_the_tui_is_a_turn(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(Rule("typed by a person", ["Answered in the TUI."]))
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        result = await srv.call(
+            "thread/start",
+            {"cwd": str(env.work), "modelProvider": "claude", "config": {"mode": "tui"}},
+        )
+        tid, tui = result["thread"]["id"], result["thread"]["tui"]
+        assert tui["session"] == tid and tui["attach"] == (
+            f"tmux -L {tui['socket']} attach -t {tid}"
+        ), tui
+        tmux(tui["socket"], "send-keys", "-t", tid, "-l", "typed by a person")
+        tmux(tui["socket"], "send-keys", "-t", tid, "Enter")
+        seen: list[Any] = []
+        started = await srv.wait_for(lambda e: e.get("method") == "turn/started", seen=seen)
+        done = await srv.wait_for(lambda e: e.get("method") == "turn/completed", seen=seen)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert done["params"]["turn"]["id"] == started["params"]["turn"]["id"]
+        assert_items_balanced(seen)
+        [user] = items_completed(seen, "userMessage")
+        assert "typed by a person" in str(user["content"]), user
+        assert agent_text(seen) == "Answered in the TUI."
+
+
+# -- resume after a restart; nothing left behind ---------------------------------------------
+
+
+def claude_argv(env: ClaudeEnv) -> list[str] | None:
+    """The argv of the test's running claude (by the marker in its environment)."""
+    for pid in env.leftovers():
+        argv = cmdline(pid)
+        if argv and os.path.basename(argv[0]).startswith("claude"):
+            return argv
+    return None
+
+
+async def test_resume_after_restart_and_nothing_left(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(
+        Rule("remember the word", ["Noted: PAPAYA."]),
+        Rule("which word", ["It was PAPAYA."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, socket = await open_tui_thread(env, srv, developerInstructions=ROLE)
+        t1, _ = await turn(srv, tid, "remember the word PAPAYA")
+        assert status(t1) == "completed"
+        first_argv = claude_argv(env)
+        assert first_argv is not None and any(a.startswith("--session-id") for a in first_argv)
+    # EOF: the tmux server, claude and everything it ran are gone
+    assert await env.wait_no_leftovers() == []
+    assert tmux_servers(socket) == []
+
+    sid = env.thread_record(tid)["backend_session_id"]
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        resumed = await srv.call("thread/resume", {"threadId": tid, "cwd": str(env.work)})
+        assert resumed["thread"]["id"] == tid
+        t0 = time.monotonic()
+        t2, events = await turn(srv, tid, "which word was it?")
+        env.timings["first turn after resume (claude start + --resume)"] = time.monotonic() - t0
+        assert status(t2) == "completed" and agent_text(events) == "It was PAPAYA."
+        argv = claude_argv(env)
+        assert argv is not None and f"--resume={sid}" in argv, argv
+
+    before, after = env.fake.model_requests
+    assert "remember the word PAPAYA" in user_texts(after.messages)
+    assert "Noted: PAPAYA." in str(after.messages)
+    assert ROLE in after.system_text
+    assert user_texts(after.messages).count(ROLE) == 1  # the bootstrap is not sent again
