@@ -271,7 +271,7 @@ async def test_resume_after_restart_and_nothing_left(
         argv = claude_argv(env)
         assert argv is not None and f"--resume={sid}" in argv, argv
 
-    before, after = env.fake.model_requests
+    _, after = env.fake.model_requests
     assert "remember the word PAPAYA" in user_texts(after.messages)
     assert "Noted: PAPAYA." in str(after.messages)
     assert ROLE in after.system_text

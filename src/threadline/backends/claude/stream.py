@@ -17,8 +17,8 @@ from ...procs.group import GroupProcess, LineTooLong, ProcessError
 from ...protocol import Model, ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
 from ..kit.spawn import LiveCliSession
-from .content import COMPACT, new_uuid, user_line, user_message
 from .approve import approve
+from .content import COMPACT, new_uuid, user_line, user_message
 from .controls import INTERRUPT, Replies, Reply, live_request, taken_inputs
 from .invocation import (
     ClaudeSession,

@@ -108,7 +108,11 @@ class TranscriptMapper:
             texts = [c.get("text", "") for c in _blocks(message.get("content"))]
             if any(str(t).startswith(_INTERRUPTED) for t in texts):
                 self.interrupted = True
-            stream = {"type": "user", "message": message, "tool_use_result": entry.get("toolUseResult")}
+            stream = {
+                "type": "user",
+                "message": message,
+                "tool_use_result": entry.get("toolUseResult"),
+            }
             return self.mapper.feed(stream)
         return []
 
@@ -117,7 +121,9 @@ class TranscriptMapper:
             self.usage[message["id"]] = message["usage"]
         if message.get("model") == "<synthetic>" or entry.get("error"):
             # an API failure claude shows as a message: the turn's error (StopFailure)
-            return self.mapper.feed({"type": "assistant", "message": message, "error": entry.get("error")})
+            return self.mapper.feed(
+                {"type": "assistant", "message": message, "error": entry.get("error")}
+            )
         events: list[b.BackendEvent] = []
         tools = []
         base = str(entry.get("uuid") or message.get("id") or "msg")
@@ -143,7 +149,9 @@ class TranscriptMapper:
             elif kind in ("tool_use", "server_tool_use"):
                 tools.append(block)
         if tools:
-            events += self.mapper.feed({"type": "assistant", "message": {**message, "content": tools}})
+            events += self.mapper.feed(
+                {"type": "assistant", "message": {**message, "content": tools}}
+            )
         return events
 
     def caught_up(self, last_message: Any) -> bool:

@@ -58,6 +58,8 @@ _INTERRUPT_GRACE = 3.0
 _POLL = 0.05
 
 _Event = Hook | Entry
+#: Tools whose calls are not items of their own (a plan update; a question for the person).
+_NO_ITEM = ("TodoWrite", "AskUserQuestion")
 
 
 def _flags(settings: b.SessionSettings) -> list[str]:
@@ -70,7 +72,10 @@ def _flags(settings: b.SessionSettings) -> list[str]:
     config, _ = mcp_config(settings.mcp_servers)
     if config is not None:
         argv += ["--mcp-config", config]
-    rules = [*(settings.allowed_tools or ()), *server_rules(settings.mcp_servers, all_servers=False)]
+    rules = [
+        *(settings.allowed_tools or ()),
+        *server_rules(settings.mcp_servers, all_servers=False),
+    ]
     if rules:
         argv += ["--allowedTools", ",".join(dict.fromkeys(rules))]
     mode = settings.config.get("permissionMode")
@@ -243,7 +248,9 @@ class ClaudeTuiSession(ClaudeSession):
     async def _observe(
         self, pane: TmuxPane, mapper: TranscriptMapper, ctx: b.TurnContext, nursery: trio.Nursery
     ) -> b.TurnOutcome:
-        pre_tools: list[tuple[str, str, Any]] = []  # PreToolUse: (tool_use_id, tool, input)
+        pre_tools: list[
+            tuple[str, str, dict[str, Any]]
+        ] = []  # PreToolUse: (tool_use_id, tool, input)
         stopped_at: float | None = None
         stop: dict[str, Any] = {}
         while True:
@@ -279,20 +286,25 @@ class ClaudeTuiSession(ClaudeSession):
         mapper: TranscriptMapper,
         ctx: b.TurnContext,
         nursery: trio.Nursery,
-        pre_tools: list[tuple[str, str, Any]],
+        pre_tools: list[tuple[str, str, dict[str, Any]]],
     ) -> None:
         payload = event.payload
         tool = str(payload.get("tool_name") or "tool")
-        args = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
+        raw = payload.get("tool_input")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if event.name == "PreToolUse":
             tool_id = str(payload.get("tool_use_id") or "")
             pre_tools.append((tool_id, tool, args))
             inner = mapper.mapper
-            if tool_id and tool_id not in inner.tools and not inner.is_dynamic_tool(tool):
-                if tool not in ("TodoWrite", "AskUserQuestion"):
-                    item = inner.item_for_tool(tool_id, tool, args or {})
-                    inner.tools[tool_id] = item
-                    await ctx.emit(b.ItemStarted(item))
+            if (
+                tool_id
+                and tool_id not in inner.tools
+                and not inner.is_dynamic_tool(tool)
+                and tool not in _NO_ITEM
+            ):
+                item = inner.item_for_tool(tool_id, tool, args)
+                inner.tools[tool_id] = item
+                await ctx.emit(b.ItemStarted(item))
         elif event.name == "PermissionRequest" and event.reply is not None:
             # (no tool_use_id: the call is the latest PreToolUse of that tool and input)
             tool_id = next(
@@ -313,7 +325,9 @@ class ClaudeTuiSession(ClaudeSession):
         reply: HookReply,
     ) -> None:
         try:
-            reply.give(await approve(ctx, mapper.mapper, tool, tool_id, args, None, self.settings.cwd))
+            reply.give(
+                await approve(ctx, mapper.mapper, tool, tool_id, args, None, self.settings.cwd)
+            )
         finally:
             reply.deny()  # (when cancelled or failed: a deny; after `give`, nothing)
 

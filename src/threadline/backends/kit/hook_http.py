@@ -112,7 +112,10 @@ async def _connection(handler: HookHandler, token: str, stream: trio.SocketStrea
 
 
 async def serve_hooks(
-    handler: HookHandler, token: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    handler: HookHandler,
+    token: str,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve hook requests on 127.0.0.1 (a free port, given to `task_status`) until
     cancelled."""

@@ -121,7 +121,8 @@ async def _kill_leader(pid: int, grace: float = 2.0) -> None:
         return
     start = st[2]
     with trio.move_on_after(grace):
-        while (now := proc_stat(pid)) is not None and now[2] == start and now[0] not in "ZX":
+        # (polling /proc: the server is not our child)
+        while (now := proc_stat(pid)) is not None and now[2] == start and now[0] not in "ZX":  # noqa: ASYNC110
             await trio.sleep(0.02)
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -167,7 +168,9 @@ class TmuxPane:
 
     async def flag(self, name: str) -> str:
         """A tmux format of the pane (`alternate_on`, ...)."""
-        return (await self.tmux("display-message", "-p", "-t", self.session, f"#{{{name}}}")).strip()
+        return (
+            await self.tmux("display-message", "-p", "-t", self.session, f"#{{{name}}}")
+        ).strip()
 
 
 def _env_file(env: Mapping[str, str]) -> tuple[str, str]:
@@ -234,9 +237,11 @@ async def open_tmux_pane(
         try:
             async with adopt_group_process(pid, os.path.basename(argv[0])) as proc:
                 yield TmuxPane(socket, name, proc)
-                with trio.CancelScope(shield=True):
-                    with contextlib.suppress(b.BackendError, trio.TooSlowError, OSError):
-                        await _tmux(socket, "kill-session", "-t", name)
+                with (
+                    trio.CancelScope(shield=True),
+                    contextlib.suppress(b.BackendError, trio.TooSlowError, OSError),
+                ):
+                    await _tmux(socket, "kill-session", "-t", name)  # (SIGHUP: claude ends)
         finally:
             await _end_session(server, name)
     finally:
