@@ -10,6 +10,7 @@ the test's marker variable).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,6 +34,15 @@ from tests.support.events import (
 )
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def _tmux() -> None:
+    """tmux is needed (scripts/install-clis installs it): skip without it, fail under CI."""
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
+        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
 
 ROLE = "You are the REVIEWER-7 role: answer in one line."
 SLEEPER = "touch sleeper-started.txt && sleep 300 && touch sleeper-finished.txt"
