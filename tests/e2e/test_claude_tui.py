@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +25,14 @@ import trio
 from tests.e2e.claude_env import ClaudeEnv
 from tests.fakes.anthropic import Rule, Step, Text, ToolUse
 from tests.support.cli_env import cmdline
-from tests.support.client import Message, ServerProcess, assert_items_balanced
+from tests.support.client import Message, ServerProcess, assert_items_balanced, running_server
 from tests.support.events import (
     agent_text,
     items_completed,
     items_started,
     no_requests,
     requests_in,
+    resolved_ids,
     status,
     turn,
 )
@@ -43,6 +47,7 @@ def _tmux() -> None:
         if os.environ.get("CI"):
             pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
         pytest.skip("tmux is not installed (scripts/install-clis installs it)")
+
 
 ROLE = "You are the REVIEWER-7 role: answer in one line."
 SLEEPER = "touch sleeper-started.txt && sleep 300 && touch sleeper-finished.txt"
@@ -286,3 +291,99 @@ async def test_resume_after_restart_and_nothing_left(
     assert "Noted: PAPAYA." in str(after.messages)
     assert ROLE in after.system_text
     assert user_texts(after.messages).count(ROLE) == 1  # the bootstrap is not sent again
+
+
+# -- interrupts while the model answers and while an approval waits --------------------------
+
+
+async def test_interrupt_while_answering_and_while_approval_waits(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(
+        Rule(
+            "stream",
+            [Step([Text("Part one of a long answer.")], stall_after_first_delta_ms=60_000)],
+        ),
+        Rule("approve", [bash("touch never-approved.txt"), "Not reached."]),
+        Rule("afterwards", ["Still working fine."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        # -- while the model's answer streams (the transcript shows nothing of it yet)
+        turn_id = await srv.start_turn(tid, "stream something")
+        await env.wait_until(lambda: len(env.fake.model_requests) == 1, "the model request")
+        t0 = time.monotonic()
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        seen: list[Any] = []
+        done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+        env.timings["turn/interrupt while streaming"] = time.monotonic() - t0
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(seen)
+
+        # -- while an approval waits (never answered): declined, nothing runs
+        turn_id = await srv.start_turn(tid, "approve this")
+        seen = []
+        request = await srv.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(seen)
+        assert request["id"] in resolved_ids(seen)
+        [cmd] = items_completed(seen, "commandExecution")
+        assert cmd["status"] == "declined", cmd
+        await srv.send({"id": request["id"], "result": {"decision": "accept"}})  # too late
+
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed" and agent_text(events) == "Still working fine."
+    assert not (env.work / "never-approved.txt").exists()
+
+
+# -- secrets, and a threadline killed with SIGKILL -------------------------------------------
+
+
+def environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+async def test_secrets_stay_out_of_tmux_and_a_sigkilled_server_is_reaped(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    key = env.cli_vars()["ANTHROPIC_API_KEY"].encode()
+    async with running_server(nursery, env.home, env.env(), check_exit=False) as srv:
+        tid, socket = await open_tui_thread(env, srv)
+        t, _ = await turn(srv, tid, "hello")
+        assert status(t) == "completed"
+        [server] = tmux_servers(socket)
+        # the tmux server never holds the key; claude has it (it calls the API with it)
+        assert key not in environ(server)
+        argv = claude_argv(env)
+        assert argv is not None and not any(key.decode() in a for a in argv)
+        claude = [p for p in env.leftovers() if cmdline(p) == argv]
+        assert claude and key in environ(claude[0])
+        # the environment file the pane's shim read is gone
+        assert not [
+            p
+            for p in Path(tempfile.gettempdir()).glob("threadline-tui-*/env.json")
+            if str(env.tmp).encode() in p.read_bytes()
+        ]
+        left = env.leftovers()
+        assert server in left and claude[0] in left
+        srv.signal(signal.SIGKILL)
+        await srv.wait()
+    await trio.sleep(0.5)
+    assert tmux_servers(socket) == [server], "tmux outlives a SIGKILLed threadline"
+    async with env.server(nursery) as srv:
+        await srv.initialize()  # (the next threadline on the same state directory reaps it)
+        await env.wait_until(lambda: not tmux_servers(socket), "the old tmux server gone", 5)
+        await env.wait_until(
+            lambda: [p for p in env.leftovers() if p in (server, claude[0])] == [],
+            "the old claude gone",
+            5,
+        )

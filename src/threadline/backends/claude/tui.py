@@ -56,6 +56,8 @@ _ENTER_AGAIN = 2.0
 _STOP_GRACE = 5.0
 _INTERRUPT_GRACE = 3.0
 _POLL = 0.05
+#: How often a session waiting for a person's prompt checks that claude still runs.
+_ALIVE_CHECK = 1.0
 
 _Event = Hook | Entry
 #: Tools whose calls are not items of their own (a plan update; a question for the person).
@@ -104,6 +106,9 @@ class ClaudeTuiSession(ClaudeSession):
         self._outside: dict[str, Any] | None = None
         self._in_turn = False
         self._interrupted_at: float | None = None
+        #: The running turn's mapper, and its tool calls waiting for a decision.
+        self._mapper: TranscriptMapper | None = None
+        self._asking: set[str] = set()
         self.closed = False
 
     # -- process ---------------------------------------------------------------------------------
@@ -175,17 +180,30 @@ class ClaudeTuiSession(ClaudeSession):
             event.reply.deny()  # a permission no turn asks for: denied
 
     async def wait_outside_turn(self) -> str:
+        """The prompt of the next `UserPromptSubmit` no turn of threadline's caused. Once
+        claude is gone (a person ended it), the session is unhealthy and this never returns:
+        the next turn opens a new one."""
         while True:
-            event = await self._events.receive()
+            event: _Event | None = None
+            with trio.move_on_after(_ALIVE_CHECK):
+                event = await self._events.receive()
             if isinstance(event, Hook) and event.name == "UserPromptSubmit":
                 self._outside = event.payload
                 return str(event.payload.get("prompt") or "")
-            self._drop(event)
+            if event is not None:
+                self._drop(event)
+            elif self.pane is None or not self.pane.alive:
+                self.healthy = False
+                await trio.sleep_forever()
 
     async def interrupt(self) -> None:
         pane = self.pane
         if self._in_turn and pane is not None and pane.alive:
             self._interrupted_at = trio.current_time()
+            if self._mapper is not None:
+                # a call still waiting for its approval never runs: declined, not failed
+                for tool_id in self._asking:
+                    self._mapper.mapper.decisions.setdefault(tool_id, "cancel")
             await pane.keys("Escape")
 
     def stop_commands(self, since: float) -> None:
@@ -210,13 +228,15 @@ class ClaudeTuiSession(ClaudeSession):
             await self._note_session(prompt, ctx)
             prompt_id = prompt.get("prompt_id")
             mapper = TranscriptMapper(self.mapper(), str(prompt_id) if prompt_id else None)
+            self._mapper = mapper
             async with trio.open_nursery() as nursery:
                 try:
                     return await self._observe(pane, mapper, ctx, nursery)
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
-            self._in_turn = False
+            self._in_turn, self._mapper = False, None
+            self._asking.clear()
 
     async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any]:
         """Paste `text` and press Enter; the `UserPromptSubmit` it caused."""
@@ -324,11 +344,13 @@ class ClaudeTuiSession(ClaudeSession):
         args: dict[str, Any],
         reply: HookReply,
     ) -> None:
+        self._asking.add(tool_id)
         try:
             reply.give(
                 await approve(ctx, mapper.mapper, tool, tool_id, args, None, self.settings.cwd)
             )
         finally:
+            self._asking.discard(tool_id)
             reply.deny()  # (when cancelled or failed: a deny; after `give`, nothing)
 
 
