@@ -25,7 +25,13 @@ import trio
 from tests.e2e.claude_env import ClaudeEnv
 from tests.fakes.anthropic import Rule, Step, Text, ToolUse
 from tests.support.cli_env import cmdline
-from tests.support.client import Message, ServerProcess, assert_items_balanced, running_server
+from tests.support.client import (
+    Message,
+    ServerProcess,
+    assert_items_balanced,
+    notifications,
+    running_server,
+)
 from tests.support.events import (
     agent_text,
     items_completed,
@@ -132,6 +138,7 @@ async def test_turn_text_screen_and_role(nursery: trio.Nursery, claude_env: Clau
         assert agent_text(events) == "The answer is forty-two."
         [message] = items_completed(events, "agentMessage")
         assert message["text"] == "The answer is forty-two."
+        assert notifications(events, "thread/tokenUsage/updated")
         # what a person attached to the session sees
         shown = screen(socket, tid)
         assert "first question" in shown and "The answer is forty-two." in shown, shown

@@ -9,7 +9,8 @@ results as `user` lines (`tool_result` blocks plus `toolUseResult`, stream-json'
 bookkeeping lines of other types. Lines after the turn's prompt line belong to the turn.
 
 Coarser than stream mode: an agent message or a reasoning block arrives whole, as one delta
-(the transcript has no partial messages), when claude writes its line.
+(the transcript has no partial messages), when claude writes its line; token usage is
+reported once, at the end of the turn.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import msgspec
 
 from ... import protocol as p
 from .. import base as b
-from .mapping import ClaudeTurnMapper
+from ..kit.usage import add_usage
+from .mapping import ClaudeTurnMapper, usage_breakdown
 
 __all__ = ["TranscriptMapper", "TranscriptTail"]
 
@@ -153,6 +155,15 @@ class TranscriptMapper:
                 {"type": "assistant", "message": {**message, "content": tools}}
             )
         return events
+
+    def turn_usage(self) -> p.TokenUsageBreakdown | None:
+        """The turn's tokens: its API messages' usage, added up."""
+        total = None
+        for raw in self.usage.values():
+            usage = usage_breakdown(raw)
+            if usage is not None:
+                total = usage if total is None else add_usage(total, usage)
+        return total
 
     def caught_up(self, last_message: Any) -> bool:
         """Whether the turn's lines include its last message as `Stop` named it."""

@@ -15,8 +15,8 @@ Where each part of a turn comes from (claude 2.1.332):
   `StopFailure` for an API error; an interrupt (Escape, claude's own key) ends the turn at
   its "[Request interrupted by user]" line, or `_INTERRUPT_GRACE` s after the key at most.
 Coarser than stream mode: each message and reasoning block arrives whole (one delta), tool
-output only with the result, no token usage, no images, no steering, no live model change
-(a changed setting restarts claude with `--resume`).
+output only with the result, token usage once at the end, no images, no steering, no live
+model change (a changed setting restarts claude with `--resume`).
 The interface is ready for input once claude switched the pane to the alternate screen
 (tmux's `alternate_on`); the only screen text threadline reads is an error's last screen.
 """
@@ -231,9 +231,12 @@ class ClaudeTuiSession(ClaudeSession):
             self._mapper = mapper
             async with trio.open_nursery() as nursery:
                 try:
-                    return await self._observe(pane, mapper, ctx, nursery)
+                    outcome = await self._observe(pane, mapper, ctx, nursery)
                 finally:
                     nursery.cancel_scope.cancel()
+            if (usage := mapper.turn_usage()) is not None:
+                await ctx.emit(b.TokenUsageUpdated(self._usage.add(usage)))
+            return outcome
         finally:
             self._in_turn, self._mapper = False, None
             self._asking.clear()
