@@ -167,6 +167,16 @@ async def test_command_approval_accept_and_decline(
     env.script(
         Rule("please accept", [bash("touch accepted.txt && echo made-it"), "Created it."]),
         Rule("please decline", [bash("touch declined.txt"), "Understood, not created."]),
+        Rule(
+            "please write",
+            [
+                ToolUse(
+                    "Write",
+                    {"file_path": str(env.work / "hello.txt"), "content": "hello from the tui\n"},
+                ),
+                "Wrote it.",
+            ],
+        ),
     )
     seen: list[Message] = []
     async with env.server(nursery) as srv:
@@ -189,6 +199,17 @@ async def test_command_approval_accept_and_decline(
         [cmd] = items_completed(events, "commandExecution")
         assert cmd["status"] == "declined", cmd
         assert not (env.work / "declined.txt").exists()
+
+        # a file write: a fileChange approval, the change as a diff
+        t, events = await turn(srv, tid, "please write", answer("accept", seen))
+        assert status(t) == "completed" and agent_text(events) == "Wrote it."
+        [request] = requests_in(events)
+        assert request["method"] == "item/fileChange/requestApproval", request
+        [change] = items_completed(events, "fileChange")
+        assert change["status"] == "completed", change
+        assert change["changes"][0]["path"] == str(env.work / "hello.txt")
+        assert "+hello from the tui" in change["changes"][0]["diff"], change
+        assert (env.work / "hello.txt").read_text() == "hello from the tui\n"
 
 
 # -- interrupt --------------------------------------------------------------------------------
@@ -394,3 +415,31 @@ async def test_secrets_stay_out_of_tmux_and_a_sigkilled_server_is_reaped(
             "the old claude gone",
             5,
         )
+
+
+# -- a changed setting restarts claude, resuming its conversation ----------------------------
+
+
+async def test_model_change_restarts_claude_with_resume(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(Rule("first", ["One."]), Rule("second", ["Two."]))
+    async with env.server(nursery) as srv:
+        tid, socket = await open_tui_thread(env, srv)
+        t, _ = await turn(srv, tid, "first")
+        assert status(t) == "completed"
+        sid = env.thread_record(tid)["backend_session_id"]
+        params = {"threadId": tid, "input": [{"type": "text", "text": "second"}], "model": "sonnet"}
+        result = await srv.call("turn/start", params)
+        done, events = await srv.collect_turn(result["turn"]["id"], timeout=60)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert agent_text(events) == "Two."
+        argv = claude_argv(env)
+        assert argv is not None and f"--resume={sid}" in argv and "sonnet" in argv, argv
+        assert len(tmux_servers(socket)) == 1  # (one server; the old session is gone)
+        assert tmux(socket, "list-sessions", "-F", "#{session_name}").split() == [tid]
+    first, second = env.fake.model_requests
+    assert "first" in user_texts(second.messages) and second.body.get("model") != first.body.get(
+        "model"
+    )
