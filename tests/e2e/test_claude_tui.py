@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from tests.e2e.claude_env import ClaudeEnv
-from tests.fakes.anthropic import Rule, Step, Text, ToolUse
+from tests.fakes.anthropic import HttpError, Rule, Step, Text, ToolUse
 from tests.support.cli_env import cmdline
 from tests.support.client import (
     Message,
@@ -443,3 +443,25 @@ async def test_model_change_restarts_claude_with_resume(
     assert "first" in user_texts(second.messages) and second.body.get("model") != first.body.get(
         "model"
     )
+
+
+# -- an API error fails the turn -------------------------------------------------------------
+
+
+async def test_api_error_fails_the_turn(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+    env = claude_env
+    env.script(
+        # (first: claude sends the failed prompt again with the next one, in one message)
+        Rule("afterwards", ["Fine again."]),
+        Rule("server please", [HttpError(500, "the fake broke")]),
+    )
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        t, events = await turn(srv, tid, "server please")
+        assert status(t) == "failed", t
+        assert "the fake broke" in t["error"]["message"] or "500" in t["error"]["message"], t
+        assert t["error"]["codexErrorInfo"] == "internalServerError", t["error"]
+        assert items_completed(events, "agentMessage") == []
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed", t.get("error")
+        assert agent_text(events) == "Fine again."

@@ -93,6 +93,9 @@ class TranscriptMapper:
     #: The text of the turn's last agent message so far.
     last_text: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    #: An API failure's message was seen (its HTTP status, when there was one).
+    api_error: bool = False
+    api_status: int | None = None
 
     def feed(self, entry: dict[str, Any]) -> list[b.BackendEvent]:
         if not self.started:
@@ -123,6 +126,9 @@ class TranscriptMapper:
             self.usage[message["id"]] = message["usage"]
         if message.get("model") == "<synthetic>" or entry.get("error"):
             # an API failure claude shows as a message: the turn's error (StopFailure)
+            self.api_error = True
+            status = entry.get("apiErrorStatus")
+            self.api_status = status if isinstance(status, int) else None
             return self.mapper.feed(
                 {"type": "assistant", "message": message, "error": entry.get("error")}
             )

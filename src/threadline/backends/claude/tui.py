@@ -271,11 +271,11 @@ class ClaudeTuiSession(ClaudeSession):
     async def _observe(
         self, pane: TmuxPane, mapper: TranscriptMapper, ctx: b.TurnContext, nursery: trio.Nursery
     ) -> b.TurnOutcome:
-        pre_tools: list[
-            tuple[str, str, dict[str, Any]]
-        ] = []  # PreToolUse: (tool_use_id, tool, input)
-        stopped_at: float | None = None
-        stop: dict[str, Any] = {}
+        # PreToolUse: (tool_use_id, tool, input)
+        pre_tools: list[tuple[str, str, dict[str, Any]]] = []
+        # the turn's `Stop` or `StopFailure`, and when it came
+        end: Hook | None = None
+        ended_at = 0.0
         while True:
             event: _Event | None = None
             with trio.move_on_after(_POLL * 4):
@@ -285,18 +285,14 @@ class ClaudeTuiSession(ClaudeSession):
                     await ctx.emit(ev)
                 if mapper.interrupted:
                     return b.TurnOutcome("interrupted")
+            elif isinstance(event, Hook) and event.name in ("Stop", "StopFailure"):
+                end, ended_at = event, trio.current_time()
             elif isinstance(event, Hook):
-                if event.name == "Stop":
-                    stop, stopped_at = event.payload, trio.current_time()
-                elif event.name == "StopFailure":
-                    return _failed(mapper, event.payload)
-                else:
-                    await self._tool_hook(event, mapper, ctx, nursery, pre_tools)
+                await self._tool_hook(event, mapper, ctx, nursery, pre_tools)
             now = trio.current_time()
-            if stopped_at is not None and (
-                mapper.caught_up(stop.get("last_assistant_message"))
-                or now - stopped_at > _STOP_GRACE
-            ):
+            if end is not None and (_caught_up(mapper, end) or now - ended_at > _STOP_GRACE):
+                if end.name == "StopFailure":
+                    return _failed(mapper, end.payload)
                 return b.TurnOutcome("completed")
             if self._interrupted_at is not None and now - self._interrupted_at > _INTERRUPT_GRACE:
                 return b.TurnOutcome("interrupted")
@@ -357,13 +353,23 @@ class ClaudeTuiSession(ClaudeSession):
             reply.deny()  # (when cancelled or failed: a deny; after `give`, nothing)
 
 
+def _caught_up(mapper: TranscriptMapper, end: Hook) -> bool:
+    """Whether the transcript shows what the turn's `Stop` (its last message) or
+    `StopFailure` (the API error) names: the hook can come first."""
+    if end.name == "StopFailure":
+        return mapper.api_error
+    return mapper.caught_up(end.payload.get("last_assistant_message"))
+
+
 def _failed(mapper: TranscriptMapper, payload: dict[str, Any]) -> b.TurnOutcome:
+    """A `StopFailure`: the API error claude showed, as the turn's error."""
     kind = payload.get("error")
-    text = payload.get("last_assistant_message") or payload.get("error_details") or str(kind)
-    error = p.TurnError(
-        message=str(text),
-        codex_error_info=error_info_for_status(None, kind),
-        additional_details=str(payload.get("error_details") or "") or None,
+    status = mapper.api_status
+    text = str(payload.get("last_assistant_message") or payload.get("error_details") or kind)
+    error = mapper.mapper.api_error(status, text) or p.TurnError(
+        message=text,
+        codex_error_info=error_info_for_status(status, kind),
+        additional_details=f"HTTP {status}" if status else None,
     )
     return b.TurnOutcome("failed", error)
 
