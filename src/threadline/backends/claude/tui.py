@@ -222,7 +222,10 @@ class ClaudeTuiSession(ClaudeSession):
             if turn.outside:
                 prompt, self._outside = self._outside or {}, None
             else:
-                prompt = await self._submit(pane, prompt_text(turn))
+                submitted = await self._submit(pane, prompt_text(turn))
+                if submitted is None:
+                    return b.TurnOutcome("interrupted")  # (before claude took the prompt)
+                prompt = submitted
                 if turn.bootstrap:
                     await ctx.mark_role_bootstrap_applied()
             await self._note_session(prompt, ctx)
@@ -241,8 +244,9 @@ class ClaudeTuiSession(ClaudeSession):
             self._in_turn, self._mapper = False, None
             self._asking.clear()
 
-    async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any]:
-        """Paste `text` and press Enter; the `UserPromptSubmit` it caused."""
+    async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any] | None:
+        """Paste `text` and press Enter; the `UserPromptSubmit` it caused (None: the turn
+        was interrupted before claude took it)."""
         await pane.paste(text)
         await pane.keys("Enter")
         start = trio.current_time()
@@ -256,6 +260,8 @@ class ClaudeTuiSession(ClaudeSession):
                 continue
             if not pane.alive:
                 raise await self._failure(pane, "exited before taking the prompt")
+            if self._interrupted_at is not None:
+                return None
             if not pressed_again:
                 pressed_again = True
                 await pane.keys("Enter")  # (on an empty input it does nothing)
