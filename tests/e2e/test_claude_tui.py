@@ -248,7 +248,10 @@ async def test_prompt_typed_in_the_tui_is_a_turn(
     nursery: trio.Nursery, claude_env: ClaudeEnv
 ) -> None:
     env = claude_env
-    env.script(Rule("typed by a person", ["Answered in the TUI."]))
+    env.script(
+        Rule("typed by a person", ["Answered in the TUI."]),
+        Rule("typed command", [bash("touch typed.txt"), "Touched."]),
+    )
     async with env.server(nursery) as srv:
         await srv.initialize()
         result = await srv.call(
@@ -270,6 +273,18 @@ async def test_prompt_typed_in_the_tui_is_a_turn(
         [user] = items_completed(seen, "userMessage")
         assert "typed by a person" in str(user["content"]), user
         assert agent_text(seen) == "Answered in the TUI."
+
+        # a typed prompt whose tool call needs approval: the client is asked
+        tmux(tui["socket"], "send-keys", "-t", tid, "-l", "typed command")
+        tmux(tui["socket"], "send-keys", "-t", tid, "Enter")
+        seen = []
+        request = await srv.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        await srv.send({"id": request["id"], "result": {"decision": "accept"}})
+        done = await srv.wait_for(lambda e: e.get("method") == "turn/completed", seen=seen)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert agent_text(seen) == "Touched."
+        assert (env.work / "typed.txt").exists()
 
 
 # -- resume after a restart; nothing left behind ---------------------------------------------
@@ -465,3 +480,22 @@ async def test_api_error_fails_the_turn(nursery: trio.Nursery, claude_env: Claud
         t, events = await turn(srv, tid, "afterwards")
         assert status(t) == "completed", t.get("error")
         assert agent_text(events) == "Fine again."
+
+
+# -- stdin EOF while a command runs ----------------------------------------------------------
+
+
+async def test_eof_mid_turn_leaves_nothing(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+    env = claude_env
+    env.script(Rule("run the sleeper", [bash(SLEEPER), "Not reached."]))
+    async with env.server(nursery) as srv:
+        tid, socket = await open_tui_thread(env, srv, approvalPolicy="never")
+        await srv.start_turn(tid, "run the sleeper")
+        await env.wait_until(lambda: (env.work / "sleeper-started.txt").exists(), "the sleeper")
+        assert env.sleepers(300) and tmux_servers(socket)
+        t0 = time.monotonic()
+    # (leaving the block closed threadline's stdin and waited for it to exit)
+    env.timings["stdin EOF mid-turn -> threadline exited"] = time.monotonic() - t0
+    assert await env.wait_no_leftovers() == []
+    assert tmux_servers(socket) == []
+    assert not (env.work / "sleeper-finished.txt").exists()
