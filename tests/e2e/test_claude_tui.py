@@ -42,6 +42,7 @@ from tests.support.events import (
     status,
     turn,
 )
+from tests.support.mcp import logged_calls, servers
 
 pytestmark = pytest.mark.e2e
 
@@ -66,10 +67,8 @@ def bash(command: str) -> ToolUse:
 async def open_tui_thread(env: ClaudeEnv, srv: ServerProcess, **params: Any) -> tuple[str, str]:
     """A tui thread; (its id, the tmux socket it runs on)."""
     await srv.initialize()
-    result = await srv.call(
-        "thread/start",
-        {"cwd": str(env.work), "modelProvider": "claude", "config": {"mode": "tui"}, **params},
-    )
+    params = {"cwd": str(env.work), "modelProvider": "claude", "config": {"mode": "tui"}, **params}
+    result = await srv.call("thread/start", params)
     tid = result["thread"]["id"]
     return tid, f"threadline-{srv.pid}"
 
@@ -499,3 +498,29 @@ async def test_eof_mid_turn_leaves_nothing(nursery: trio.Nursery, claude_env: Cl
     assert await env.wait_no_leftovers() == []
     assert tmux_servers(socket) == []
     assert not (env.work / "sleeper-finished.txt").exists()
+
+
+# -- the thread's MCP servers ----------------------------------------------------------------
+
+
+async def test_mcp_call_is_approved_and_runs(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+    env = claude_env
+    log = env.tmp / "mcp-calls.jsonl"
+    env.script(Rule("please echo", [ToolUse("mcp__srv__echo", {"text": "hello mcp"}), "Echoed."]))
+    seen: list[Message] = []
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(
+            env,
+            srv,
+            approvalPolicy="untrusted",
+            config={"mode": "tui", "mcp_servers": servers(log)},
+        )
+        t, events = await turn(srv, tid, "please echo", answer("accept", seen))
+        assert status(t) == "completed" and agent_text(events) == "Echoed."
+        [request] = requests_in(events)
+        assert request["method"] == "item/tool/requestApproval", request
+        [item] = items_completed(events, "mcpToolCall")
+        assert item["server"] == "srv" and item["tool"] == "echo", item
+        assert item["status"] == "completed", item
+        assert "echo: hello mcp" in str(item["result"]["content"])
+        assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hello mcp"}}]
