@@ -36,7 +36,7 @@ from ..kit.hook_http import new_token, serve_hooks
 from ..kit.tmux import TmuxPane, open_tmux_pane
 from .approve import approve
 from .content import _references
-from .invocation import ClaudeSession, _env, _session_flag, effort_level
+from .invocation import _NO_CONVERSATION, ClaudeSession, _env, _session_flag, effort_level
 from .mapping import error_info_for_status
 from .mcp import mcp_config, server_rules
 from .transcript import TranscriptMapper, TranscriptTail
@@ -149,18 +149,24 @@ class ClaudeTuiSession(ClaudeSession):
 
     async def wait_ready(self, pane: TmuxPane) -> None:
         """Until claude's interface takes input (BackendError with its last screen if it
-        ends or does not come up)."""
+        ends or does not come up; SessionLost when it has no saved conversation to resume,
+        which then starts afresh under the same id)."""
         with trio.move_on_after(_READY_TIMEOUT):
             while pane.alive:
                 if await pane.flag("alternate_on") == "1":
                     return
                 await trio.sleep(_POLL)
-        raise await self._failure(pane, "did not come up")
+        failure = await self._failure(pane, "did not come up")
+        sid = self.settings.backend_session_id
+        if sid and _NO_CONVERSATION in failure.message:
+            self.unsaved.add(sid)
+            raise b.SessionLost(f"claude has no saved conversation {sid}; starting it afresh")
+        raise failure
 
     async def _failure(self, pane: TmuxPane, what: str) -> b.BackendError:
         self.healthy = False
         try:
-            screen = (await pane.capture()).strip()
+            screen = (await pane.capture(history=not pane.alive)).strip()
         except b.BackendError:
             screen = ""
         tail = "\n".join(line for line in screen.splitlines() if line.strip())[-2000:]

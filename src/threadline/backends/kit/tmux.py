@@ -162,9 +162,10 @@ class TmuxPane:
         """tmux key names (`Enter`, `Escape`, ...)."""
         await self.tmux("send-keys", "-t", self.session, *keys)
 
-    async def capture(self) -> str:
-        """What the pane shows now."""
-        return await self.tmux("capture-pane", "-p", "-t", self.session)
+    async def capture(self, history: bool = False) -> str:
+        """What the pane shows now (`history`: and what scrolled off it)."""
+        scroll = ("-S", "-") if history else ()
+        return await self.tmux("capture-pane", "-p", *scroll, "-t", self.session)
 
     async def flag(self, name: str) -> str:
         """A tmux format of the pane (`alternate_on`, ...)."""
@@ -196,6 +197,8 @@ async def _new_session(
             *("-P", "-F", "#{pane_pid}"),
             sys.executable,
             *("-I", "-S", "-c", _SHIM, path, *argv),
+            # (a program that ends leaves its last screen: an error's reason)
+            *(";", "set-option", "-t", name, "remain-on-exit", "on"),
             env=public,
         )
         server.sessions += 1
