@@ -64,9 +64,12 @@ def bash(command: str) -> ToolUse:
     return ToolUse("Bash", {"command": command, "description": "Run the requested command"})
 
 
-async def open_tui_thread(env: ClaudeEnv, srv: ServerProcess, **params: Any) -> tuple[str, str]:
-    """A tui thread; (its id, the tmux socket it runs on)."""
-    await srv.initialize()
+async def open_tui_thread(
+    env: ClaudeEnv, srv: ServerProcess, *, initialize: bool = True, **params: Any
+) -> tuple[str, str]:
+    """A tui thread (after `initialize`); (its id, the tmux socket it runs on)."""
+    if initialize:
+        await srv.initialize()
     params = {"cwd": str(env.work), "modelProvider": "claude", "config": {"mode": "tui"}, **params}
     result = await srv.call("thread/start", params)
     tid = result["thread"]["id"]
@@ -524,3 +527,31 @@ async def test_mcp_call_is_approved_and_runs(nursery: trio.Nursery, claude_env: 
         assert item["status"] == "completed", item
         assert "echo: hello mcp" in str(item["result"]["content"])
         assert logged_calls(log) == [{"tool": "echo", "arguments": {"text": "hello mcp"}}]
+
+
+# -- two threads share the tmux server -------------------------------------------------------
+
+
+async def test_archive_ends_one_session_the_server_goes_with_the_last(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    env.script(Rule("hello", ["Hi."]))
+    async with env.server(nursery) as srv:
+        first, socket = await open_tui_thread(env, srv)
+        second, _ = await open_tui_thread(env, srv, initialize=False)
+        sessions = tmux(socket, "list-sessions", "-F", "#{session_name}").split()
+        assert sorted(sessions) == sorted([first, second])
+        [server] = tmux_servers(socket)
+        panes = {
+            tid: int(tmux(socket, "display-message", "-p", "-t", tid, "#{pane_pid}"))
+            for tid in (first, second)
+        }
+        await srv.call("thread/archive", {"threadId": first})
+        await env.wait_until(lambda: panes[first] not in env.leftovers(), "the first claude gone")
+        assert tmux(socket, "list-sessions", "-F", "#{session_name}").split() == [second]
+        assert tmux_servers(socket) == [server] and panes[second] in env.leftovers()
+        t, events = await turn(srv, second, "hello")
+        assert status(t) == "completed" and agent_text(events) == "Hi."
+    assert await env.wait_no_leftovers() == []
+    assert tmux_servers(socket) == []

@@ -204,7 +204,9 @@ class ClaudeTuiSession(ClaudeSession):
 
     async def interrupt(self) -> None:
         pane = self.pane
-        if self._in_turn and pane is not None and pane.alive:
+        # Once per turn: a second Escape in a row opens claude's rewind menu, which would
+        # take the next prompt's paste.
+        if self._in_turn and self._interrupted_at is None and pane is not None and pane.alive:
             self._interrupted_at = trio.current_time()
             if self._mapper is not None:
                 # a call still waiting for its approval never runs: declined, not failed
