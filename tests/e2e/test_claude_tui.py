@@ -9,6 +9,7 @@ the test's marker variable).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -555,3 +556,41 @@ async def test_archive_ends_one_session_the_server_goes_with_the_last(
         assert status(t) == "completed" and agent_text(events) == "Hi."
     assert await env.wait_no_leftovers() == []
     assert tmux_servers(socket) == []
+
+
+# -- AskUserQuestion -------------------------------------------------------------------------
+
+
+async def test_ask_user_question_goes_to_the_client(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    env = claude_env
+    question = {
+        "question": "Which color should the button be?",
+        "header": "Color",
+        "options": [
+            {"label": "Red", "description": "Warm and loud"},
+            {"label": "Blue", "description": "Calm and cool"},
+        ],
+        "multiSelect": False,
+    }
+    env.script(
+        Rule("pick a color", [ToolUse("AskUserQuestion", {"questions": [question]}), "Blue it is."])
+    )
+    asked: list[Message] = []
+
+    def on_request(message: Message) -> Any:
+        asked.append(message)
+        assert message["method"] == "item/tool/requestUserInput", message
+        [q] = message["params"]["questions"]
+        return {"answers": {q["id"]: {"answers": ["Blue"]}}}
+
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        t, _ = await turn(srv, tid, "pick a color for me", on_request)
+        assert status(t) == "completed", t.get("error")
+    [request] = asked
+    [q] = request["params"]["questions"]
+    assert q["question"] == "Which color should the button be?"
+    [result] = env.fake.tool_results(1)
+    assert "Blue" in json.dumps(result["content"]) and not result.get("is_error"), result

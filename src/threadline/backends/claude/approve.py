@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...protocol import ToolRequestUserInputOption, ToolRequestUserInputQuestion
 from .. import base as b
 from .invocation import _DECLINE_MESSAGE
 from .mapping import EDIT_TOOLS, ClaudeTurnMapper
 
-__all__ = ["approve"]
+__all__ = ["approve", "ask_user"]
 
 
 def _request(
@@ -79,3 +80,41 @@ async def approve(
     if decision == "cancel":
         return {"behavior": "deny", "message": _DECLINE_MESSAGE, "interrupt": True}
     return {"behavior": "deny", "message": _DECLINE_MESSAGE}
+
+
+async def ask_user(
+    ctx: b.TurnContext, mapper: ClaudeTurnMapper, tool_id: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    """An `AskUserQuestion` call: its questions asked of the client; the answers go back as
+    the call's input (`answers`), or a deny when there are none (fail closed)."""
+    if tool_id not in mapper.tools:
+        item = mapper.item_for_tool(tool_id, "AskUserQuestion", args)
+        mapper.tools[tool_id] = item
+        await ctx.emit(b.ItemStarted(item))
+    raw_questions = [q for q in args.get("questions") or [] if isinstance(q, dict)]
+    questions = []
+    for i, q in enumerate(raw_questions):
+        options = [
+            ToolRequestUserInputOption(
+                label=str(o.get("label", "")), description=str(o.get("description", ""))
+            )
+            for o in q.get("options") or []
+            if isinstance(o, dict)
+        ]
+        questions.append(
+            ToolRequestUserInputQuestion(
+                id=f"q{i}",
+                header=str(q.get("header") or "Question"),
+                question=str(q.get("question", "")),
+                options=options or None,
+            )
+        )
+    answers = await ctx.request_user_input(tool_id, questions)
+    if answers is None:
+        mapper.decisions[tool_id] = "decline"
+        return {"behavior": "deny", "message": "The user did not answer."}
+    mapped = {
+        str(q.get("question", "")): ", ".join(answers.get(f"q{i}") or [])
+        for i, q in enumerate(raw_questions)
+    }
+    return {"behavior": "allow", "updatedInput": {**args, "answers": mapped}}

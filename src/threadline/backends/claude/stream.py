@@ -14,10 +14,10 @@ import trio
 from ...channels import drain, receive_ready_or_none, send_ready
 from ...procs.early import Eligible
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
-from ...protocol import Model, ToolRequestUserInputOption, ToolRequestUserInputQuestion
+from ...protocol import Model
 from .. import base as b
 from ..kit.spawn import LiveCliSession
-from .approve import approve
+from .approve import approve, ask_user
 from .content import COMPACT, new_uuid, user_line, user_message
 from .controls import INTERRUPT, Replies, Reply, live_request, taken_inputs
 from .invocation import (
@@ -442,37 +442,7 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
     async def _ask_user(
         self, ctx: b.TurnContext, mapper: ClaudeTurnMapper, tool_id: str, args: dict[str, Any]
     ) -> dict[str, Any]:
-        if tool_id not in mapper.tools:
-            item = mapper.item_for_tool(tool_id, "AskUserQuestion", args)
-            mapper.tools[tool_id] = item
-            await ctx.emit(b.ItemStarted(item))
-        raw_questions = [q for q in args.get("questions") or [] if isinstance(q, dict)]
-        questions = []
-        for i, q in enumerate(raw_questions):
-            options = [
-                ToolRequestUserInputOption(
-                    label=str(o.get("label", "")), description=str(o.get("description", ""))
-                )
-                for o in q.get("options") or []
-                if isinstance(o, dict)
-            ]
-            questions.append(
-                ToolRequestUserInputQuestion(
-                    id=f"q{i}",
-                    header=str(q.get("header") or "Question"),
-                    question=str(q.get("question", "")),
-                    options=options or None,
-                )
-            )
-        answers = await ctx.request_user_input(tool_id, questions)
-        if answers is None:
-            mapper.decisions[tool_id] = "decline"
-            return {"behavior": "deny", "message": "The user did not answer."}
-        mapped = {
-            str(q.get("question", "")): ", ".join(answers.get(f"q{i}") or [])
-            for i, q in enumerate(raw_questions)
-        }
-        return {"behavior": "allow", "updatedInput": {**args, "answers": mapped}}
+        return await ask_user(ctx, mapper, tool_id, args)
 
 
 async def _warn_failed(ctx: b.TurnContext, names: list[str], errors: dict[str, str]) -> None:

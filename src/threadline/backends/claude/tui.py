@@ -34,7 +34,7 @@ from ... import protocol as p
 from .. import base as b
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.tmux import TmuxPane, open_tmux_pane
-from .approve import approve
+from .approve import approve, ask_user
 from .content import _references
 from .invocation import _NO_CONVERSATION, ClaudeSession, _env, _session_flag, effort_level
 from .mapping import error_info_for_status
@@ -359,9 +359,11 @@ class ClaudeTuiSession(ClaudeSession):
     ) -> None:
         self._asking.add(tool_id)
         try:
-            reply.give(
-                await approve(ctx, mapper.mapper, tool, tool_id, args, None, self.settings.cwd)
-            )
+            if tool == "AskUserQuestion":
+                reply.give(await ask_user(ctx, mapper.mapper, tool_id, args))
+            else:
+                cwd = self.settings.cwd
+                reply.give(await approve(ctx, mapper.mapper, tool, tool_id, args, None, cwd))
         finally:
             self._asking.discard(tool_id)
             reply.deny()  # (when cancelled or failed: a deny; after `give`, nothing)
