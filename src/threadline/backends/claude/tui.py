@@ -271,6 +271,7 @@ class ClaudeTuiSession(ClaudeSession):
             if self._interrupted_at is not None:
                 return None
             if not pressed_again:
+                log.debug("claude tui: no UserPromptSubmit %.0f s after Enter", _ENTER_AGAIN)
                 pressed_again = True
                 await pane.keys("Enter")  # (on an empty input it does nothing)
         raise await self._failure(pane, "did not take the prompt")
