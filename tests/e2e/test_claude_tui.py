@@ -231,7 +231,7 @@ async def test_interrupt_kills_the_running_command(
         turn_id = await srv.start_turn(tid, "run the sleeper")
         seen: list[Any] = []
         await env.wait_until(lambda: (env.work / "sleeper-started.txt").exists(), "the sleeper")
-        assert env.sleepers(300), "the command is not running"
+        await env.wait_until(lambda: bool(env.sleepers(300)), "the command running")
         t0 = time.monotonic()
         await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
         done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
@@ -495,7 +495,8 @@ async def test_eof_mid_turn_leaves_nothing(nursery: trio.Nursery, claude_env: Cl
         tid, socket = await open_tui_thread(env, srv, approvalPolicy="never")
         await srv.start_turn(tid, "run the sleeper")
         await env.wait_until(lambda: (env.work / "sleeper-started.txt").exists(), "the sleeper")
-        assert env.sleepers(300) and tmux_servers(socket)
+        await env.wait_until(lambda: bool(env.sleepers(300)), "the command running")
+        assert tmux_servers(socket)
         t0 = time.monotonic()
     # (leaving the block closed threadline's stdin and waited for it to exit)
     env.timings["stdin EOF mid-turn -> threadline exited"] = time.monotonic() - t0
