@@ -10,10 +10,14 @@ Where each part of a turn comes from (claude 2.1.332):
   results; a tool call's item starts at its `PreToolUse` hook when that comes first.
 - approvals: the `PermissionRequest` hook (only where claude would ask a person; it runs with
   `--permission-mode default` unless the thread's config names another), answered through
-  threadline's approval router, fail closed (no answer, an error, the session gone: deny).
-- the end: `Stop` once the transcript holds the message it names (it can come first),
-  `StopFailure` for an API error; an interrupt (Escape, claude's own key) ends the turn at
-  its "[Request interrupted by user]" line, or `_INTERRUPT_GRACE` s after the key at most.
+  threadline's approval router, fail closed (no answer, an error, the session gone: deny);
+  `AskUserQuestion` asks the client's user input instead. Should the hook itself fail (an
+  HTTP error), claude shows its own permission dialog in the pane: nothing runs unasked.
+- the end: `Stop` once the transcript holds the message it names (it can come first: in 4 of
+  6 measured turns threadline had not read that line yet), `StopFailure` once it holds the
+  API error; an interrupt (Escape, claude's own key, sent once per turn) ends the turn at its
+  "[Request interrupted by user]" line, or `_INTERRUPT_GRACE` s after the key at most; no
+  hook fires for an interrupt.
 Coarser than stream mode: each message and reasoning block arrives whole (one delta), tool
 output only with the result, token usage once at the end, no images, no steering, no live
 model change (a changed setting restarts claude with `--resume`).
