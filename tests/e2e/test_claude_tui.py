@@ -485,21 +485,27 @@ async def test_api_error_fails_the_turn(nursery: trio.Nursery, claude_env: Claud
         assert agent_text(events) == "Fine again."
 
 
-# -- stdin EOF while a command runs ----------------------------------------------------------
+# -- stdin EOF or SIGTERM while a command runs ------------------------------------------------
 
 
-async def test_eof_mid_turn_leaves_nothing(nursery: trio.Nursery, claude_env: ClaudeEnv) -> None:
+@pytest.mark.parametrize("how", ["eof", "sigterm"])
+async def test_shutdown_mid_turn_leaves_nothing(
+    nursery: trio.Nursery, claude_env: ClaudeEnv, how: str
+) -> None:
     env = claude_env
     env.script(Rule("run the sleeper", [bash(SLEEPER), "Not reached."]))
-    async with env.server(nursery) as srv:
+    async with running_server(nursery, env.home, env.env(), check_exit=False) as srv:
         tid, socket = await open_tui_thread(env, srv, approvalPolicy="never")
         await srv.start_turn(tid, "run the sleeper")
-        await env.wait_until(lambda: (env.work / "sleeper-started.txt").exists(), "the sleeper")
         await env.wait_until(lambda: bool(env.sleepers(300)), "the command running")
         assert tmux_servers(socket)
         t0 = time.monotonic()
-    # (leaving the block closed threadline's stdin and waited for it to exit)
-    env.timings["stdin EOF mid-turn -> threadline exited"] = time.monotonic() - t0
+        if how == "sigterm":
+            srv.signal(signal.SIGTERM)
+        else:
+            await srv.close_stdin()
+        await srv.wait()
+        env.timings[f"{how} mid-turn -> threadline exited"] = time.monotonic() - t0
     assert await env.wait_no_leftovers() == []
     assert tmux_servers(socket) == []
     assert not (env.work / "sleeper-finished.txt").exists()
