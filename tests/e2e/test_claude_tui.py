@@ -316,9 +316,10 @@ async def test_resume_after_restart_and_nothing_left(
         assert status(t1) == "completed"
         first_argv = claude_argv(env)
         assert first_argv is not None and any(a.startswith("--session-id") for a in first_argv)
-    # EOF: the tmux server, claude and everything it ran are gone
+    # EOF: the tmux server, claude and everything it ran are gone, and so is their record
     assert await env.wait_no_leftovers() == []
     assert tmux_servers(socket) == []
+    assert not list((env.home / "run").glob("*.json"))
 
     sid = env.thread_record(tid)["backend_session_id"]
     async with env.server(nursery) as srv:
