@@ -338,6 +338,9 @@ def _doctor() -> int:
         print(_doctor_line(info))
         if info.message:
             print(f"      {info.message}")
+        for profile in info.profiles:
+            print(f"      {_profile_line(profile)}")
+    _doctor_profiles_file()
     # A backend that runs a configured command (acp) is usable once one is configured.
     usable = [i for i in infos if i.available and (i.path or not SPECS[i.id].command_setup)]
     selected = next(i for i in infos if i.id == config.default_backend)
@@ -359,6 +362,28 @@ def _doctor() -> int:
         f"Try one: {command_name()} run --backend {agent} {prompt}"
     )
     return 0
+
+
+def _profile_line(profile: Any) -> str:
+    """A provider profile: usable or why not (names, never values)."""
+    where = " ".join(f"{k}={v}" for k, v in (("model", profile.model), ("mode", profile.mode)) if v)
+    head = f"profile {profile.name}" + (f" ({where})" if where else "")
+    sets = f" sets {', '.join(profile.env)}" if profile.env else ""
+    if profile.usable:
+        return f"{head}: ok{sets}"
+    return f"{head}: unusable: " + "; ".join(profile.problems)
+
+
+def _doctor_profiles_file() -> None:
+    from .profiles import ProfileError, load_profiles, profiles_path
+
+    try:
+        profiles = load_profiles(os.environ)
+    except ProfileError as exc:
+        print(f"\nprofiles: {exc}")
+        return
+    if profiles:
+        print(f"\nprofiles: {len(profiles)} in {profiles_path(os.environ)}")
 
 
 def _doctor_line(info: Any) -> str:

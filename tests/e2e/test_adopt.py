@@ -17,8 +17,11 @@ import trio
 from tests.e2e.claude_env import ClaudeEnv
 from tests.e2e.codex_env import CodexEnv
 from tests.e2e.gemini_env import MODEL, GeminiEnv
+from tests.e2e.opencode_env import OpenCodeEnv
+from tests.e2e.qwen_env import QwenEnv
 from tests.fakes.anthropic import Rule
 from tests.fakes.gemini import Rule as GeminiRule
+from tests.fakes.openai_chat import Rule as ChatRule
 from tests.fakes.openai_responses import Rule as CodexRule
 from tests.support.cli_env import CliEnv
 from tests.support.events import agent_text, status, turn
@@ -30,9 +33,10 @@ ROLE = "You are the ADOPTER-3 role: answer in one line."
 
 
 async def run_cli(env: CliEnv[Any], *args: str) -> None:
-    """Run the CLI itself in the work dir, as a person would."""
+    """Run the CLI itself in the work dir, as a person would (a shell sets PWD)."""
+    shell_env = {**os.environ, **env.env(), "PWD": str(env.work)}
     result = await trio.run_process(
-        [str(env.cli), *args], cwd=env.work, env={**os.environ, **env.env()}, capture_stdout=True
+        [str(env.cli), *args], cwd=env.work, env=shell_env, capture_stdout=True
     )
     assert result.returncode == 0
 
@@ -43,6 +47,14 @@ async def native(srv: Any, env: CliEnv[Any], **params: Any) -> list[dict[str, An
         {"source": "native", "modelProviders": [env.backend], "cwd": str(env.work), **params},
     )
     return listed["data"]  # type: ignore[no-any-return]
+
+
+def said(response: dict[str, Any]) -> list[list[str]]:
+    """The turns an adopted thread was answered with: the text of each message item."""
+    return [
+        [i["content"][0]["text"] if i["type"] == "userMessage" else i["text"] for i in t["items"]]
+        for t in response["thread"]["turns"]
+    ]
 
 
 async def test_claude_sessions_are_listed_and_adopted(
@@ -98,6 +110,8 @@ async def test_claude_sessions_are_listed_and_adopted(
         )
         tid = adopted["thread"]["id"]
         assert tid != first["id"] and adopted["thread"]["preview"] == first["preview"]
+        # the chat so far is the thread's history
+        assert said(adopted) == [["remember the word PAPAYA", "Noted: PAPAYA."]]
         t2, events = await turn(srv, tid, "which word was it?")
         assert status(t2) == "completed" and agent_text(events) == "It was PAPAYA."
         # binding the same session again resumes the same thread
@@ -174,6 +188,7 @@ async def test_codex_exec_session_adopted_by_rollout_path(
         adopted = await srv.call("thread/resume", {"threadId": "", "path": session["path"]})
         tid = adopted["thread"]["id"]
         assert adopted["modelProvider"] == "codex"
+        assert said(adopted) == [["remember the word GUAVA", "Noted: GUAVA."]]
         t1, events = await turn(srv, tid, "which word was it?")
         assert status(t1) == "completed" and agent_text(events) == "It was GUAVA."
     last = env.fake.model_requests[-1]
@@ -199,7 +214,62 @@ async def test_gemini_headless_session_adopted_as_latest(
             "thread/resume",
             {"modelProvider": "gemini", "latest": True, "cwd": str(env.work)},
         )
+        assert said(adopted) == [["remember the word LYCHEE", "Noted: LYCHEE."]]
         t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
         assert status(t1) == "completed" and agent_text(events) == "It was LYCHEE."
+        # and the turn joins it
+        read = await srv.call(
+            "thread/read", {"threadId": adopted["thread"]["id"], "includeTurns": True}
+        )
+        assert said(read)[-1] == ["which word was it?", "It was LYCHEE."]
     last = env.fake.model_requests[-1]
     assert "remember the word LYCHEE" in last.user_texts and "which word was it?" in last.user_texts
+
+
+async def test_opencode_run_session_adopted_by_id(
+    nursery: trio.Nursery, opencode_env: OpenCodeEnv
+) -> None:
+    env = opencode_env
+    env.script(
+        ChatRule("remember the word", ["Noted: FIG."]),
+        ChatRule("which word", ["It was FIG."]),
+    )
+    await run_cli(env, "run", "remember the word FIG")
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        [session] = await native(srv, env)
+        assert session["preview"] == "remember the word FIG"
+        adopted = await srv.call(
+            "thread/resume", {"modelProvider": "opencode", "backendSessionId": session["id"]}
+        )
+        assert said(adopted) == [['"remember the word FIG"', "Noted: FIG."]]
+        t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
+        assert status(t1) == "completed" and agent_text(events) == "It was FIG."
+    last = env.fake.model_requests[-1]
+    # (`opencode run` keeps its message argument in quotes)
+    assert any("remember the word FIG" in text for text in last.user_texts[:-1])
+    assert last.user_texts[-1] == "which word was it?"
+
+
+async def test_qwen_headless_session_adopted_by_path(
+    nursery: trio.Nursery, qwen_env: QwenEnv
+) -> None:
+    env = qwen_env
+    env.script(
+        ChatRule("remember the word", ["Noted: PLUM."]),
+        ChatRule("which word", ["It was PLUM."]),
+    )
+    await run_cli(env, "-p", "remember the word PLUM")
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        [session] = await native(srv, env)
+        assert session["preview"] == "remember the word PLUM"
+        adopted = await srv.call(
+            "thread/resume", {"modelProvider": "qwen", "path": session["path"]}
+        )
+        assert said(adopted) == [["remember the word PLUM", "Noted: PLUM."]]
+        t1, events = await turn(srv, adopted["thread"]["id"], "which word was it?")
+        assert status(t1) == "completed" and agent_text(events) == "It was PLUM."
+    last = env.fake.model_requests[-1]
+    assert last.user_texts[0].endswith("remember the word PLUM")  # (after qwen's reminders)
+    assert last.user_texts[-1] == "which word was it?"

@@ -8,6 +8,7 @@ scripted rules that choose an answer are tests/fakes/_script.py."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import socket
 import socketserver
@@ -33,9 +34,15 @@ __all__ = [
     "RecordedBase",
     "pieces",
     "request_id",
+    "secret_digest",
 ]
 
 REDACTED = "<redacted>"
+
+
+def secret_digest(value: str) -> str:
+    """How a fake remembers a secret it was sent (`FakeServer.secrets_seen`)."""
+    return hashlib.sha256(value.encode()).hexdigest()
 
 
 class Abort(Exception):
@@ -144,6 +151,9 @@ class FakeHandler(BaseHTTPRequestHandler):
             k.lower(): (REDACTED if k.lower() in self.secret_headers else v)
             for k, v in self.headers.items()
         }
+        for k, v in self.headers.items():
+            if k.lower() in self.secret_headers:
+                self.server.fake.secrets_seen.add(secret_digest(v.removeprefix("Bearer ")))
         try:
             self.answer(headers, body)
         except Abort:
@@ -267,6 +277,8 @@ class FakeServer:
         self._server: FakeHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
+        #: SHA-256 digests of the secret header values seen (the values are never kept).
+        self.secrets_seen: set[str] = set()
 
     # -- lifecycle
 

@@ -150,8 +150,12 @@ class SessionSettings:
     allowed_tools: list[str] | None = None
     #: Free-form backend options from `thread/start.config` (mode, permissionMode, ...).
     config: dict[str, Any] = field(default_factory=dict)
-    #: Environment for the CLI (the server's environment, passed through).
+    #: Environment for the CLI (the server's environment, passed through, with `own_env`).
     env: dict[str, str] = field(default_factory=dict)
+    #: The entries of `env` the thread sets itself (its provider profile's, its
+    #: `config.env`; values resolved: never log or store them). Threads that differ in them
+    #: never share a CLI process.
+    own_env: dict[str, str] = field(default_factory=dict)
     #: The MCP servers the CLI gets for this thread, values resolved (never log or store
     #: them): the thread's `config.mcp_servers`, and `DYNAMIC_TOOLS_SERVER` when it has
     #: client-defined tools (see `kit.mcp`).
@@ -542,6 +546,9 @@ class Backend(abc.ABC):
     honours_allowed_tools: bool = False
     #: Whether the backend runs its CLI with `BACKEND_CLI_ARGS`.
     honours_cli_args: bool = False
+    #: Whether `config.env` is the backend's own to apply (with no operator allow-list);
+    #: otherwise the engine applies it within `THREADLINE_THREAD_ENV`.
+    config_env_is_own: bool = False
 
     def unsupported_options(self, settings: SessionSettings) -> list[str]:
         """Options set in `settings` (explicitly: by the thread's config or the environment)

@@ -55,6 +55,7 @@ __all__ = [
     "Model",
     "ModelListParams",
     "ModelListResponse",
+    "ProfileInfo",
     "ReasoningEffortOption",
     "ServerInfo",
     "ThreadArchiveParams",
@@ -150,6 +151,20 @@ class BackendCapabilities(Base, kw_only=True):
     role_injection: str = ""
 
 
+class ProfileInfo(Base, kw_only=True):
+    """A provider profile of the operator's for this backend (`thread/start.config.profile`):
+    its names, never its values."""
+
+    name: str
+    #: False when a reference does not resolve now (`problems` says which).
+    usable: bool
+    model: str | None = None
+    mode: str | None = None
+    #: The variables it sets (names only).
+    env: list[str] = []
+    problems: list[str] = []
+
+
 class BackendInfo(Base, kw_only=True):
     id: str
     available: bool
@@ -165,6 +180,8 @@ class BackendInfo(Base, kw_only=True):
     #: True when the installed CLI is older than the oldest version threadline is tested with
     #: (`message` names the versions and the upgrade command).
     outdated: bool = False
+    #: The operator's provider profiles for this backend.
+    profiles: list[ProfileInfo] = []
 
 
 class InitializeResponse(Base, kw_only=True):

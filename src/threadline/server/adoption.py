@@ -7,14 +7,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
+import msgspec
 import trio
 
 from ..backends.base import Backend
-from ..backends.kit.native import NativeSession
-from ..protocol import Thread, ThreadNotLoaded, ThreadResumeParams
+from ..backends.kit.native import NativeMessage, NativeSession
+from ..ids import new_id
+from ..protocol import (
+    AgentMessageItem,
+    TextInput,
+    Thread,
+    ThreadItem,
+    ThreadNotLoaded,
+    ThreadResumeParams,
+    UserMessageItem,
+)
 from ..rpc.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
+from ..store import ItemEntry, LogEntry, TurnCompletedEntry, TurnStartedEntry
 
-__all__ = ["native_sessions", "native_view", "wanted_session"]
+__all__ = ["history", "native_sessions", "native_view", "wanted_session"]
 
 
 async def _listing(
@@ -108,3 +119,41 @@ async def wanted_session(
                 )
             return backend, session
     raise RpcError(INVALID_REQUEST, f"no {backend.id} session {p.backend_session_id} found")
+
+
+def _turns(messages: list[NativeMessage]) -> list[list[NativeMessage]]:
+    """A turn per thing the person said, with the agent's answers to it (anything the agent
+    said before the first prompt opens a turn of its own)."""
+    turns: list[list[NativeMessage]] = []
+    for message in messages:
+        if message.role == "user" or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    return turns
+
+
+def _entry(turn_id: str, item: ThreadItem, at: int) -> ItemEntry:
+    return ItemEntry(
+        turn_id=turn_id, item=msgspec.Raw(msgspec.json.encode(item)), completed_at_ms=at * 1000
+    )
+
+
+async def history(session: NativeSession) -> list[LogEntry]:
+    """The session's conversation as threadline's log of completed turns: a user message
+    and the agent's messages per turn (tools and reasoning are the CLI's to keep)."""
+    if session.messages is None:
+        return []
+    messages = await trio.to_thread.run_sync(session.messages)
+    entries: list[LogEntry] = []
+    for turn in _turns(messages):
+        turn_id, start, end = new_id(), turn[0].at, turn[-1].at
+        entries.append(TurnStartedEntry(turn_id=turn_id, started_at=start))
+        for message in turn:
+            item: ThreadItem
+            if message.role == "user":
+                item = UserMessageItem(id=new_id(), content=[TextInput(text=message.text)])
+            else:
+                item = AgentMessageItem(id=new_id(), text=message.text)
+            entries.append(_entry(turn_id, item, message.at))
+        entries.append(TurnCompletedEntry(turn_id=turn_id, status="completed", completed_at=end))
+    return entries

@@ -7,14 +7,20 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
 
 from ..backends.base import Backend, BackendCheck
 from ..procs import early
-from ..protocol import CLIENT_METHODS, BackendInfo, InitializeParams, InitializeResponse
+from ..protocol import (
+    CLIENT_METHODS,
+    BackendInfo,
+    InitializeParams,
+    InitializeResponse,
+    ProfileInfo,
+)
 from ..rpc.connection import Connection
 from ..rpc.dispatch import Dispatcher, PreparedCall
 from ..rpc.framing import write_loop
@@ -24,7 +30,13 @@ from ..rpc.prefixed import PrefixedReceiveStream
 from ..store import ThreadStore
 from . import routes
 from .config import ServerConfig
-from .handshake import Handshake, backend_info, initialize_response, opt_out_methods
+from .handshake import (
+    Handshake,
+    backend_info,
+    initialize_response,
+    opt_out_methods,
+    profile_infos,
+)
 from .residency import keep_residency
 from .service import ThreadService
 from .subscriptions import SUBSCRIBING, subscribing, unsubscribe_handler
@@ -43,24 +55,28 @@ async def backend_infos(
     timeout: float = 10.0,
     cli_path_for: str | None = None,
 ) -> list[BackendInfo]:
-    """Check every backend concurrently (binary found, version)."""
+    """Check every backend concurrently (binary found, version); the operator's provider
+    profiles for each."""
     infos: dict[str, BackendInfo] = {}
+    profiles = profile_infos(os.environ)
 
     async def one(backend: Backend) -> None:
         # BACKEND_CLI_PATH names the default backend's binary only.
         check = await backend.check(cli_path if backend.id == cli_path_for else None)
-        infos[backend.id] = _info(backend, check)
+        infos[backend.id] = _info(backend, check, profiles.get(backend.id, ()))
 
     with trio.move_on_after(timeout):
         async with trio.open_nursery() as nursery:
             for backend in backends.values():
                 nursery.start_soon(one, backend)
-    return [infos.get(b.id) or _info(b, None) for b in backends.values()]
+    return [infos.get(b.id) or _info(b, None, profiles.get(b.id, ())) for b in backends.values()]
 
 
-def _info(backend: Backend, check: BackendCheck | None) -> BackendInfo:
+def _info(
+    backend: Backend, check: BackendCheck | None, profiles: Sequence[ProfileInfo] = ()
+) -> BackendInfo:
     caps = {m: backend.capabilities(m) for m in backend.modes}
-    return backend_info(backend.id, backend.modes, backend.default_mode, caps, check)
+    return backend_info(backend.id, backend.modes, backend.default_mode, caps, check, profiles)
 
 
 class Server:

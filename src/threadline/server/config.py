@@ -65,6 +65,11 @@ class ServerConfig:
     #: The operator chose the backend (AGENT_BACKEND or BACKEND_CLI_PATH set): its CLI must
     #: be usable before threadline serves anyone.
     backend_set: bool = False
+    #: AGENT_PROFILE: the provider profile a thread gets when its config names none.
+    profile: str | None = None
+    #: THREADLINE_THREAD_ENV: the variables a thread may set itself (`config.env`):
+    #: comma-separated names, `PREFIX_*` for a prefix.
+    thread_env: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ServerConfig:
@@ -99,6 +104,8 @@ class ServerConfig:
             idle_timeout=_positive(env, "THREADLINE_IDLE_TIMEOUT", float, "seconds") or 600.0,
             unload_after=_positive(env, "THREADLINE_UNLOAD_AFTER", float, "seconds") or 1800.0,
             max_request=max_request or DEFAULT_MAX_REQUEST,
+            profile=env.get("AGENT_PROFILE", "").strip() or None,
+            thread_env=env.get("THREADLINE_THREAD_ENV", ""),
             backend_set=bool(
                 env.get("AGENT_BACKEND", "").strip() or env.get("BACKEND_CLI_PATH", "").strip()
             ),

@@ -14,6 +14,7 @@ Nothing here may import trio, the store, the backends' implementations or jsonrp
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
 import signal
@@ -27,12 +28,14 @@ import msgspec
 from .. import __version__
 from ..backends.registry import SPECS
 from ..backends.spec import BackendCheck
+from ..profiles import ProfileError, load_profiles
 from ..protocol.base import RequestId
 from ..protocol.methods import (
     BackendCapabilities,
     BackendInfo,
     InitializeParams,
     InitializeResponse,
+    ProfileInfo,
     ServerInfo,
 )
 
@@ -43,12 +46,39 @@ __all__ = [
     "catalog_backend_infos",
     "initialize_response",
     "opt_out_methods",
+    "profile_infos",
 ]
+
+log = logging.getLogger("threadline.handshake")
 
 #: The first line is read up to this size; a longer one (never an initialize request) is left
 #: to the server, which applies the real request-size cap.
 _FIRST_LINE_MAX = 1024 * 1024
 _CHUNK = 64 * 1024
+
+
+def profile_infos(environ: Mapping[str, str]) -> dict[str, list[ProfileInfo]]:
+    """The operator's provider profiles by backend, each with whether it resolves now; none
+    when the file is unreadable (logged: `thread/start` with one says why)."""
+    try:
+        profiles = load_profiles(environ)
+    except ProfileError as exc:
+        log.warning("%s", exc)
+        return {}
+    found: dict[str, list[ProfileInfo]] = {}
+    for profile in profiles.values():
+        problems = profile.problems(environ)
+        found.setdefault(profile.backend, []).append(
+            ProfileInfo(
+                name=profile.name,
+                model=profile.model,
+                mode=profile.mode,
+                env=sorted(profile.env),
+                usable=not problems,
+                problems=problems,
+            )
+        )
+    return found
 
 
 def backend_info(
@@ -57,11 +87,13 @@ def backend_info(
     default_mode: str,
     capabilities: Mapping[str, BackendCapabilities],
     check: BackendCheck | None,
+    profiles: Sequence[ProfileInfo] = (),
 ) -> BackendInfo:
     """One entry of `initialize`'s `backends`; `check` None means the check timed out."""
     if check is None:
         check = BackendCheck(available=False, message="check timed out")
     return BackendInfo(
+        profiles=list(profiles),
         id=id,
         available=check.available,
         modes=list(modes),
@@ -79,6 +111,7 @@ def catalog_backend_infos(cli_path: str | None, cli_path_for: str | None) -> lis
     """Every shipped backend's info, checked now (blocking), from the catalog alone."""
     from ..backends.kit.cli_binary import check_cli_now
 
+    profiles = profile_infos(os.environ)
     return [
         backend_info(
             spec.id,
@@ -87,6 +120,7 @@ def catalog_backend_infos(cli_path: str | None, cli_path_for: str | None) -> lis
             spec.capabilities,
             # BACKEND_CLI_PATH names the default backend's binary only.
             check_cli_now(spec, cli_path if spec.id == cli_path_for else None),
+            profiles.get(spec.id, ()),
         )
         for spec in SPECS.values()
     ]

@@ -20,6 +20,7 @@ from ..backends.kit.images import image_problems
 from ..backends.kit.native import NativeSession
 from ..ids import InvalidId, new_id, validate_id
 from ..procs.executables import ProcessError
+from ..profiles import Profile, ProfileError, load_profiles, profiles_path, thread_env
 from ..protocol import (
     ApprovalPolicy,
     AskForApproval,
@@ -64,8 +65,8 @@ from ..protocol import (
 from ..rpc.connection import Reply
 from ..rpc.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, RpcError
 from ..rpc.peer import Peer
-from ..store import StoreCorrupt, ThreadRecord, ThreadStore, turns_from_log
-from .adoption import native_sessions, native_view, wanted_session
+from ..store import StoreCorrupt, ThreadRecord, ThreadStore, TurnStartedEntry, turns_from_log
+from .adoption import history, native_sessions, native_view, wanted_session
 from .approvals import parse_rules
 from .config import ServerConfig
 from .overrides import apply_overrides, foreign_model_warning
@@ -226,7 +227,8 @@ class ThreadService:
         developer_instructions: str | None,
         config: dict[str, Any],
     ) -> SessionSettings:
-        mode = config.get("mode") or backend.default_mode
+        profile = self._profile(config, backend.id)
+        mode = config.get("mode") or (profile.mode if profile else None) or backend.default_mode
         if mode not in backend.modes:
             raise RpcError(
                 INVALID_PARAMS,
@@ -249,11 +251,12 @@ class ThreadService:
         is_default = backend.id == self.config.default_backend
         env_path = self.config.cli_path if is_default else None
         cli_path = config.get("cliPath") or env_path
+        own_env = self._own_env(profile, {} if backend.config_env_is_own else config)
         settings = SessionSettings(
             thread_id=thread_id,
             cwd=cwd,
             mode=mode,
-            model=model or self.config.model,
+            model=model or (profile.model if profile else None) or self.config.model,
             approval_policy=approval_policy,
             sandbox=sandbox,
             base_instructions=base_instructions,
@@ -261,13 +264,62 @@ class ThreadService:
             max_turns=max_turns,
             allowed_tools=tools,
             config=config,
-            env=dict(os.environ),
+            env={**os.environ, **own_env},
+            own_env=own_env,
             cli_path=cli_path if isinstance(cli_path, str) else None,
             cli_args=list(self.config.cli_args) if is_default else [],
         )
         for option in backend.unsupported_options(settings):
             log.warning("the %s backend cannot honour %s; ignoring it", backend.id, option)
         return settings
+
+    def _profile(self, config: dict[str, Any], backend_id: str | None) -> Profile | None:
+        """The provider profile a thread runs with: `config.profile` (None: none), else the
+        operator's `AGENT_PROFILE` when it is for the thread's backend (`backend_id`, or any
+        when not chosen yet); its name is put in `config`, so a resume applies it again."""
+        explicit = "profile" in config
+        name = config["profile"] if explicit else self.config.profile
+        if name is None:
+            return None
+        if not isinstance(name, str):
+            raise RpcError(INVALID_PARAMS, "Invalid params: config.profile must be a string")
+        try:
+            profiles = load_profiles(os.environ)
+        except ProfileError as exc:
+            raise RpcError(INVALID_REQUEST, str(exc)) from None
+        profile = profiles.get(name)
+        if profile is None:
+            where = "config.profile" if explicit else "AGENT_PROFILE"
+            raise RpcError(
+                INVALID_PARAMS if explicit else INVALID_REQUEST,
+                f"{where} names {name!r}, which {profiles_path(os.environ)} does not define"
+                + (f"; defined: {', '.join(profiles)}" if profiles else ""),
+            )
+        if backend_id is not None and profile.backend != backend_id:
+            if not explicit:
+                return None  # the operator's default is for another backend
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: profile {name!r} is for the {profile.backend} backend, "
+                f"not {backend_id}",
+            )
+        config["profile"] = name
+        return profile
+
+    def _own_env(self, profile: Profile | None, config: dict[str, Any]) -> dict[str, str]:
+        """The variables a thread sets itself: its profile's (references read now), then
+        `config.env`."""
+        own = {}
+        if profile is not None:
+            try:
+                own.update(profile.resolve(os.environ))
+            except ProfileError as exc:
+                raise RpcError(INVALID_REQUEST, str(exc)) from None
+        try:
+            own.update(thread_env(config.get("env"), self.config.thread_env))
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}") from None
+        return own
 
     def started_reply(self, thread: LoadedThread, response: Any) -> Reply:
         """`response`, then `thread/started` and the thread's warnings."""
@@ -392,9 +444,12 @@ class ThreadService:
 
     async def thread_start(self, p: ThreadStartParams) -> Reply:
         self.refuse_when_shutting_down()
-        backend = self._backend(p.model_provider)
-        cwd = self._check_cwd(p.cwd)
         config = dict(p.config or {})
+        profile = self._profile(config, p.model_provider)
+        if profile is None and "profile" not in config:
+            config["profile"] = None  # (AGENT_PROFILE changing later leaves this thread be)
+        backend = self._backend(p.model_provider or (profile.backend if profile else None))
+        cwd = self._check_cwd(p.cwd)
         tid = new_id()
         model, foreign = p.model, None
         if model and backend.foreign_model(model):
@@ -491,10 +546,14 @@ class ThreadService:
                 )
         record, settings = self._adopted(p, backend, native)
         self._require_cli(backend, settings)
+        entries = await history(native)
+        record.turn_count = sum(isinstance(e, TurnStartedEntry) for e in entries)
         thread = await self.open_thread(record, backend, settings, [])
         await self.store.create(record)
+        if entries:
+            await self.store.append(record.id, entries, sync=True)
         await thread.prewarm()
-        turns: list[Turn] = []
+        turns = None if p.exclude_turns else await self.turns(record)
         return self.started_reply(thread, self.response(thread, ThreadResumeResponse, turns))
 
     def _adopted(
@@ -568,6 +627,7 @@ class ThreadService:
         backend = self._backend(record.backend)
         stored = record.settings
         config = dict(stored.get("config") or {})
+        config.setdefault("profile", None)  # (a thread older than profiles had none)
         config.update(p.config or {})
         model = p.model or record.model
         if p.model and backend.foreign_model(p.model):

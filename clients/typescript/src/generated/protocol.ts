@@ -137,7 +137,20 @@ export interface BackendInfo {
   modes: string[];
   outdated?: boolean;
   path?: string | null;
+  profiles?: ProfileInfo[];
   version?: string | null;
+}
+/**
+ * A provider profile of the operator's for this backend (`thread/start.config.profile`):
+ *     its names, never its values.
+ */
+export interface ProfileInfo {
+  env?: string[];
+  mode?: string | null;
+  model?: string | null;
+  name: string;
+  problems?: string[];
+  usable: boolean;
 }
 export interface ByteRange {
   end: number;

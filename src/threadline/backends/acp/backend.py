@@ -28,6 +28,8 @@ __all__ = ["AcpBackend", "create"]
 
 class AcpBackend(b.Backend):
     honours_cli_args = True
+    # The client names the agent's command too: its environment is the client's as well.
+    config_env_is_own = True
 
     def __init__(self) -> None:
         super().__init__(SPEC)

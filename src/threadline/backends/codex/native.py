@@ -7,9 +7,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from ..kit.native import NativeSession, iso_seconds, jsonl_records, mtime, newest_first, preview_of
+from ..kit.native import (
+    NativeMessage,
+    NativeSession,
+    iso_seconds,
+    jsonl_messages,
+    jsonl_records,
+    mtime,
+    newest_first,
+    preview_of,
+)
 
 __all__ = ["codex_sessions", "read_rollout"]
 
@@ -33,6 +42,21 @@ def _prompt(record: dict[str, Any]) -> str | None:
         texts = [c.get("text") for c in item.get("content") or [] if isinstance(c, dict)]
         return "\n".join(t for t in texts if isinstance(t, str)) or None
     return None
+
+
+_ROLES: dict[Any, Literal["user", "agent"]] = {"UserMessage": "user", "AgentMessage": "agent"}
+
+
+def _message(record: dict[str, Any]) -> NativeMessage | None:
+    """A user or agent message Codex completed (`item_completed` events)."""
+    payload = record.get("payload") or {}
+    item = payload.get("item") or {}
+    role = _ROLES.get(item.get("type")) if payload.get("type") == "item_completed" else None
+    if role is None:
+        return None
+    texts = [c.get("text") for c in item.get("content") or [] if isinstance(c, dict)]
+    text = "\n".join(t for t in texts if isinstance(t, str))
+    return NativeMessage(role, text, iso_seconds(record.get("timestamp"), 0))
 
 
 def read_rollout(path: str) -> NativeSession | None:
@@ -66,6 +90,7 @@ def read_rollout(path: str) -> NativeSession | None:
         model=model,
         cli_version=version if isinstance(version, str) else "",
         source=source,
+        messages=lambda: jsonl_messages(path, _message),
     )
 
 

@@ -5,12 +5,21 @@ directory named in `~/.gemini/tmp/<project>/.project_root`. A file starts with a
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..kit.native import NativeSession, iso_seconds, jsonl_records, mtime, newest_first, preview_of
+from ..kit.native import (
+    NativeMessage,
+    NativeSession,
+    iso_seconds,
+    jsonl_records,
+    mtime,
+    newest_first,
+    preview_of,
+)
 
 __all__ = ["gemini_sessions"]
 
@@ -41,6 +50,25 @@ def _prompt(message: dict[str, Any]) -> str | None:
     texts = [p.get("text") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
     text = "\n".join(t for t in texts if isinstance(t, str))
     return None if not text.strip() or text.lstrip().startswith(_CONTEXT) else text
+
+
+def _conversation(paths: list[str]) -> list[NativeMessage]:
+    """The messages of a session's files, each once (by id; a later record of a message
+    replaces an earlier one), in time order."""
+    found: dict[str, NativeMessage] = {}
+    for path in paths:
+        for record in jsonl_records(path):
+            for message in _messages(record):
+                kind, key = message.get("type"), message.get("id")
+                at = iso_seconds(message.get("timestamp"), 0)
+                if (prompt := _prompt(message)) is not None:
+                    said = NativeMessage("user", prompt, at)
+                elif kind == "gemini" and isinstance(message.get("content"), str):
+                    said = NativeMessage("agent", message["content"], at)
+                else:
+                    continue
+                found[key if isinstance(key, str) else f"{path}:{len(found)}"] = said
+    return sorted((m for m in found.values() if m.text.strip()), key=lambda m: m.at)
 
 
 def _read(path: str, cwd: str) -> NativeSession | None:
@@ -84,6 +112,7 @@ def gemini_sessions(env: Mapping[str, str], cwd: str | None) -> list[NativeSessi
     """The sessions in gemini's store, newest first: those of project `cwd`, or all."""
     home = env.get("HOME") or os.path.expanduser("~")
     found: dict[str, NativeSession] = {}
+    files: dict[str, list[str]] = {}
     for project in glob.glob(os.path.join(glob.escape(home), ".gemini", "tmp", "*")):
         root = _project_root(project)
         if root is None or (cwd is not None and root != cwd):
@@ -96,4 +125,7 @@ def gemini_sessions(env: Mapping[str, str], cwd: str | None) -> list[NativeSessi
                 _merge(found[session.id], session)
             else:
                 found[session.id] = session
+            files.setdefault(session.id, []).append(path)
+    for sid, session in found.items():
+        session.messages = functools.partial(_conversation, files[sid])
     return newest_first(list(found.values()))

@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from ...procs.early import Eligible
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
+from ..kit.native import NativeSession
 from .acp import OpenCodeAcpSession, _acp_stderr_line
 from .api import LOG_FLAGS
 from .invocation import _env
 from .mcp import servers_key
 from .run import OpenCodeRunSession
-from .sessions import delete_session
+from .sessions import delete_session, list_sessions
 from .spec import SPEC
 
 __all__ = ["OpenCodeBackend"]
@@ -46,6 +47,9 @@ class OpenCodeBackend(PooledAcpBackend):
 
     async def delete_session(self, env: Mapping[str, str], cwd: str, session_id: str) -> str | None:
         return await delete_session(env, cwd, session_id)
+
+    def native_sessions(self, env: Mapping[str, str], cwd: str | None) -> list[NativeSession]:
+        return list_sessions(env, cwd)
 
     def per_turn_session(self, settings: b.SessionSettings, binary: str) -> b.BackendSession:
         return OpenCodeRunSession(settings, binary)

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
+from ..kit.native import NativeSession
 from .acp import QwenAcpSession, acp_stderr_line
 from .invocation import acp_argv
+from .native import qwen_sessions
 from .spec import SPEC
 
 __all__ = ["QwenBackend", "create"]
@@ -39,6 +41,9 @@ class QwenBackend(PooledAcpBackend):
         home = env.get("HOME") or os.path.expanduser("~")
         projects = os.path.join(glob.escape(home), ".qwen", "projects")
         return glob.glob(os.path.join(projects, "*", "chats", f"{session_id}.jsonl"))
+
+    def native_sessions(self, env: Mapping[str, str], cwd: str | None) -> list[NativeSession]:
+        return qwen_sessions(env, cwd)
 
 
 def create() -> QwenBackend:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -57,6 +59,14 @@ class AcpAgent:
     key_extra: str = ""
 
 
+def own_env_key(own: dict[str, str]) -> str:
+    """What tells threads with other variables of their own apart (a digest: no value)."""
+    if not own:
+        return ""
+    digest = hashlib.sha256(json.dumps(sorted(own.items())).encode()).hexdigest()
+    return "\0env:" + digest
+
+
 @asynccontextmanager
 async def open_acp_session(
     pool: AcpPool,
@@ -70,7 +80,7 @@ async def open_acp_session(
             agent.argv,
             settings.cwd,
             agent.env,
-            key_extra=agent.key_extra,
+            key_extra=agent.key_extra + own_env_key(settings.own_env),
             session_id=settings.backend_session_id,
         ) as host,
         new_session(host, settings).opened() as session,
