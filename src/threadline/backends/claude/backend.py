@@ -5,6 +5,8 @@ approvals over the control channel (`--permission-prompt-tool stdio`): each `tur
 one user message; `can_use_tool` control requests become our approval requests; interrupt is
 the `interrupt` control request, and the same process serves the next turn.
 
+tui mode (`config.mode: "tui"`): the interactive claude in a tmux session (tui.py).
+
 Print mode (`config.mode: "print"`): `claude -p` per turn (the user message on stdin),
 `--resume` for later turns, approvals by policy only, cancel kills the process group.
 
@@ -31,6 +33,7 @@ from .native import claude_sessions
 from .print import ClaudePrintSession
 from .spec import SPEC
 from .stream import ClaudeStreamSession
+from .tui import open_claude_tui
 
 __all__ = ["ClaudeBackend"]
 
@@ -56,6 +59,10 @@ class ClaudeBackend(b.Backend):
         binary = self.binary(settings)
         if settings.mode == "print":
             yield ClaudePrintSession(settings, binary, self._unsaved)
+            return
+        if settings.mode == "tui":
+            async with open_claude_tui(settings, binary, self._unsaved) as tui:
+                yield tui
             return
         session = ClaudeStreamSession(settings, binary, self._unsaved)
         async with running(session.run_process, session.close):

@@ -532,7 +532,7 @@ class ClaudeTurnMapper:
                     SPEC, self.url, _CHECK, detail, after=self.watch.elapsed()
                 )
 
-    def _api_error(self, status: Any, message: str) -> p.TurnError | None:
+    def api_error(self, status: Any, message: str) -> p.TurnError | None:
         """The error that says what to do, for a refused, missing or unreachable API."""
         if status is None and self._synthetic_kind == "authentication_failed":
             return no_credentials(SPEC, message)  # "Not logged in · Please run /login"
@@ -560,7 +560,7 @@ class ClaudeTurnMapper:
             or self._synthetic_error
             or (f"claude reported {msg.get('subtype') or 'an error'}")
         )
-        error = self._api_error(status, message) or p.TurnError(
+        error = self.api_error(status, message) or p.TurnError(
             message=message,
             codex_error_info=error_info_for_status(status, self._synthetic_kind),
             additional_details=f"HTTP {status}" if status else None,

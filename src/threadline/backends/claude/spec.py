@@ -61,6 +61,18 @@ SPEC = BackendSpec(
             fork=True,
             compact=True,
         ),
+        "tui": mode_capabilities(
+            (
+                "the interactive `claude` in a tmux session named after the thread "
+                "(`tmux -L threadline-<pid> attach -t <thread>`); prompts pasted, items "
+                "from its HTTP hooks and session transcript; approvals through its "
+                "`PermissionRequest` hook; resume with `--resume`"
+            ),
+            _ROLE,
+            # Whole messages from the transcript (one delta each); pasted text only.
+            image_urls=False,
+            overrides={"model": "restart", "effort": "restart", "cwd": "restart"},
+        ),
     },
     npm=NpmCli("claude", "@anthropic-ai/claude-code", "2.1.332", oldest_tested="2.1.197"),
     login_fix="set ANTHROPIC_API_KEY, or run `claude login`",

@@ -14,19 +14,19 @@ import trio
 from ...channels import drain, receive_ready_or_none, send_ready
 from ...procs.early import Eligible
 from ...procs.group import GroupProcess, LineTooLong, ProcessError
-from ...protocol import Model, ToolRequestUserInputOption, ToolRequestUserInputQuestion
+from ...protocol import Model
 from .. import base as b
 from ..kit.spawn import LiveCliSession
+from .approve import approve, ask_user
 from .content import COMPACT, new_uuid, user_line, user_message
 from .controls import INTERRUPT, Replies, Reply, live_request, taken_inputs
 from .invocation import (
-    _DECLINE_MESSAGE,
     ClaudeSession,
     _env,
     _failure_from_exit,
     _finish_turn,
 )
-from .mapping import EDIT_TOOLS, ClaudeTurnMapper
+from .mapping import ClaudeTurnMapper
 from .mcp import failure_message, server_errors
 from .models import claude_models
 from .spec import SPEC
@@ -434,98 +434,15 @@ class ClaudeStreamSession(ClaudeSession, LiveCliSession):
         args: dict[str, Any],
         request: dict[str, Any],
     ) -> dict[str, Any]:
-        if mapper.is_dynamic_tool(tool):
-            # One of the client's own tools: the client answers the call itself (threadline's
-            # tool host asks it), so claude runs it unasked and no item of ours shows it.
-            return {"behavior": "allow", "updatedInput": args}
-        if tool_id not in mapper.tools:
-            item = mapper.item_for_tool(tool_id, tool, args)
-            mapper.tools[tool_id] = item
-            await ctx.emit(b.ItemStarted(item))
         reason = (
             request.get("decision_reason") or request.get("title") or request.get("description")
         )
-        if tool == "Bash":
-            approval = b.ApprovalRequest(
-                kind="command",
-                item_id=tool_id,
-                command=str(args.get("command", "")),
-                cwd=self.settings.cwd,
-                reason=str(reason) if reason else None,
-            )
-        elif tool in EDIT_TOOLS:
-            approval = b.ApprovalRequest(
-                kind="fileChange", item_id=tool_id, reason=str(reason) if reason else None
-            )
-        else:
-            approval = b.ApprovalRequest(
-                kind="tool",
-                item_id=tool_id,
-                tool=tool,
-                arguments=args,
-                reason=str(reason) if reason else None,
-            )
-        decision = await ctx.request_approval(approval)
-        mapper.decisions[tool_id] = decision
-        if decision == "accept":
-            return {"behavior": "allow", "updatedInput": args}
-        if decision == "acceptForSession":
-            if tool == "Bash":
-                update: dict[str, Any] = {
-                    "type": "addRules",
-                    "behavior": "allow",
-                    "destination": "session",
-                    "rules": [{"toolName": "Bash", "ruleContent": str(args.get("command", ""))}],
-                }
-            elif tool in EDIT_TOOLS:
-                update = {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
-            else:
-                update = {
-                    "type": "addRules",
-                    "behavior": "allow",
-                    "destination": "session",
-                    "rules": [{"toolName": tool}],
-                }
-            # destination "session" only: never write .claude/settings.local.json into the repo.
-            return {"behavior": "allow", "updatedInput": args, "updatedPermissions": [update]}
-        if decision == "cancel":
-            return {"behavior": "deny", "message": _DECLINE_MESSAGE, "interrupt": True}
-        return {"behavior": "deny", "message": _DECLINE_MESSAGE}
+        return await approve(ctx, mapper, tool, tool_id, args, reason, self.settings.cwd)
 
     async def _ask_user(
         self, ctx: b.TurnContext, mapper: ClaudeTurnMapper, tool_id: str, args: dict[str, Any]
     ) -> dict[str, Any]:
-        if tool_id not in mapper.tools:
-            item = mapper.item_for_tool(tool_id, "AskUserQuestion", args)
-            mapper.tools[tool_id] = item
-            await ctx.emit(b.ItemStarted(item))
-        raw_questions = [q for q in args.get("questions") or [] if isinstance(q, dict)]
-        questions = []
-        for i, q in enumerate(raw_questions):
-            options = [
-                ToolRequestUserInputOption(
-                    label=str(o.get("label", "")), description=str(o.get("description", ""))
-                )
-                for o in q.get("options") or []
-                if isinstance(o, dict)
-            ]
-            questions.append(
-                ToolRequestUserInputQuestion(
-                    id=f"q{i}",
-                    header=str(q.get("header") or "Question"),
-                    question=str(q.get("question", "")),
-                    options=options or None,
-                )
-            )
-        answers = await ctx.request_user_input(tool_id, questions)
-        if answers is None:
-            mapper.decisions[tool_id] = "decline"
-            return {"behavior": "deny", "message": "The user did not answer."}
-        mapped = {
-            str(q.get("question", "")): ", ".join(answers.get(f"q{i}") or [])
-            for i, q in enumerate(raw_questions)
-        }
-        return {"behavior": "allow", "updatedInput": {**args, "answers": mapped}}
+        return await ask_user(ctx, mapper, tool_id, args)
 
 
 async def _warn_failed(ctx: b.TurnContext, names: list[str], errors: dict[str, str]) -> None:
