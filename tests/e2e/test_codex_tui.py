@@ -1,0 +1,279 @@
+"""Codex's tui mode end to end: the real interactive Codex TUI in a tmux session threadline
+owns, attached (`--remote`) to an app-server of the thread's own that threadline drives as a
+second client, against the scripted fake Responses API.
+
+What a client sees (items, approvals, turn status), what a person attached to the tmux session
+sees (`capture-pane`), and what really happened (files, processes, what the model was sent).
+The fixture's orphan check covers the tmux server, the app-server and every command (they
+carry the test's marker variable).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.codex_env import CodexEnv
+from tests.fakes.openai_responses import ExecCommand, Rule
+from tests.support.cli_env import cmdline
+from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
+from tests.support.events import (
+    agent_text,
+    items_completed,
+    items_started,
+    no_requests,
+    requests_in,
+    turn,
+)
+
+pytestmark = pytest.mark.e2e
+
+ROLE = "DEV-MARKER-7: you are the reviewer; answer in one line."
+SLEEP_S = 300
+ESCALATE_WHY = "Needs to write outside the read-only sandbox"
+ASK = {"approvalPolicy": "on-request", "sandbox": "read-only"}
+TUI = {"mode": "tui"}
+
+
+@pytest.fixture(autouse=True)
+def _tmux() -> None:
+    """tmux is needed (scripts/install-clis installs it): skip without it, fail under CI."""
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
+        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
+
+
+def escalated(cmd: str) -> ExecCommand:
+    return ExecCommand(cmd, sandbox_permissions="require_escalated", justification=ESCALATE_WHY)
+
+
+async def open_tui_thread(
+    env: CodexEnv, srv: ServerProcess, **params: Any
+) -> tuple[str, dict[str, Any]]:
+    """A tui thread; (its id, its `thread.tui`)."""
+    await srv.initialize()
+    result = await srv.call(
+        "thread/start",
+        {"cwd": str(env.work), "modelProvider": "codex", "config": TUI, **params},
+    )
+    return result["thread"]["id"], result["thread"]["tui"]
+
+
+def tmux(socket: str, *args: str) -> str:
+    done = subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=False
+    )
+    return done.stdout or done.stderr
+
+
+def screen(socket: str, session: str) -> str:
+    return tmux(socket, "capture-pane", "-p", "-J", "-t", session)
+
+
+def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
+    def on_request(message: Message) -> Any:
+        seen.append(message)
+        return {"decision": decision}
+
+    return on_request
+
+
+def codex_argvs(env: CodexEnv) -> list[list[str]]:
+    """The argv of every codex process of the test (by the marker in its environment)."""
+    return [
+        argv
+        for pid in env.leftovers()
+        if (argv := cmdline(pid)) and os.path.basename(argv[0]).startswith("codex")
+    ]
+
+
+async def wait_screen(env: CodexEnv, tui: dict[str, Any], *texts: str) -> str:
+    shown = ""
+
+    def showing() -> bool:
+        nonlocal shown
+        shown = screen(tui["socket"], tui["session"])
+        return all(t in shown for t in texts)
+
+    try:
+        await env.wait_until(showing, f"the TUI showing {texts}", timeout=10)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it shows:\n{shown}") from None
+    return shown
+
+
+# -- a turn, what the pane shows, the role ---------------------------------------------------
+
+
+async def test_turn_text_screen_and_role(nursery: trio.Nursery, codex_env: CodexEnv) -> None:
+    env = codex_env
+    env.script(
+        Rule("first question", ["The answer is forty-two."]),
+        Rule("second question", ["Second answer."]),
+    )
+    async with env.server(nursery) as srv:
+        t0 = time.monotonic()
+        tid, tui = await open_tui_thread(env, srv, developerInstructions=ROLE)
+        env.timings["thread/start (app-server + TUI in tmux, ready)"] = time.monotonic() - t0
+        assert tui["session"] == tid and tui["attach"] == (
+            f"tmux -L {tui['socket']} attach -t {tid}"
+        ), tui
+        assert tui["socket"] == f"threadline-{srv.pid}"
+        t0 = time.monotonic()
+        t1, events = await turn(srv, tid, "first question")
+        env.timings["first turn"] = time.monotonic() - t0
+        assert t1["status"] == "completed", t1
+        assert agent_text(events) == "The answer is forty-two."
+        [message] = items_completed(events, "agentMessage")
+        assert message["text"] == "The answer is forty-two."
+        assert notifications(events, "thread/tokenUsage/updated")
+        # what a person attached to the session sees
+        await wait_screen(env, tui, "first question", "The answer is forty-two.")
+
+        t2, events = await turn(srv, tid, "second question")
+        assert t2["status"] == "completed" and agent_text(events) == "Second answer."
+        # the TUI is codex's own, attached to threadline's app-server, not a daemon of its own
+        [tui_argv] = [a for a in codex_argvs(env) if "--remote" in a]
+        assert tui_argv[tui_argv.index("--remote") + 1].startswith("ws://127.0.0.1:")
+        assert tui_argv[-2:] == ["resume", env.thread_record(tid)["backend_session_id"]]
+        assert not [a for a in codex_argvs(env) if "--managed-daemon" in a or "daemon" in a]
+
+    assert ROLE in env.fake.developer_text(0)
+    assert ROLE not in "\n".join(env.fake.user_texts(0))
+
+
+# -- approvals --------------------------------------------------------------------------------
+
+
+async def test_command_approval_accept_and_decline(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("please accept", [escalated("touch accepted.txt"), "Created it."]),
+        Rule("please decline", [escalated("touch declined.txt"), "Understood, not created."]),
+    )
+    seen: list[Message] = []
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv, **ASK)
+        t, events = await turn(srv, tid, "please accept", answer("accept", seen))
+        assert t["status"] == "completed", t
+        [request] = requests_in(events)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        [started] = items_started(events, "commandExecution")
+        assert request["params"]["itemId"] == started["id"]
+        assert "touch accepted.txt" in request["params"]["command"]
+        [cmd] = items_completed(events, "commandExecution")
+        assert cmd["status"] == "completed" and cmd["exitCode"] == 0, cmd
+        assert (env.work / "accepted.txt").exists()
+        assert agent_text(events) == "Created it."
+
+        t, events = await turn(srv, tid, "please decline", answer("decline", seen))
+        assert t["status"] == "completed" and agent_text(events) == "Understood, not created."
+        [cmd] = items_completed(events, "commandExecution")
+        assert cmd["status"] == "declined", cmd
+        assert not (env.work / "declined.txt").exists()
+        await wait_screen(env, tui, "please decline", "Understood, not created.")
+    assert len(seen) == 2
+
+
+# -- interrupt --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_interrupt_kills_the_running_command(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("long command", [ExecCommand(f"sleep {SLEEP_S}", yield_time_ms=30_000), "Done."]),
+        Rule("after", ["Recovered."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv, approvalPolicy="never", sandbox="workspace-write")
+        turn_id = await srv.start_turn(tid, "run the long command")
+        seen: list[Any] = []
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "sleep started")
+        t0 = time.monotonic()
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done, events = await srv.collect_turn(turn_id, events=seen, on_request=no_requests)
+        env.timings["interrupt while a command runs"] = time.monotonic() - t0
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(events)
+        # Codex leaves an interrupted command running: threadline kills it
+        assert env.sleepers(SLEEP_S) == [], "the interrupted sleep still runs"
+
+        t, events = await turn(srv, tid, "after that")
+        assert t["status"] == "completed" and agent_text(events) == "Recovered."
+
+
+# -- a turn a person starts in the TUI ------------------------------------------------------
+
+
+async def test_prompt_typed_in_the_tui_is_a_turn(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(Rule("typed by a person", ["Answered in the TUI."]))
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv)
+        tmux(tui["socket"], "send-keys", "-t", tid, "-l", "typed by a person")
+        await trio.sleep(0.3)
+        tmux(tui["socket"], "send-keys", "-t", tid, "Enter")
+        seen: list[Any] = []
+        started = await srv.wait_for(lambda e: e.get("method") == "turn/started", seen=seen)
+        done = await srv.wait_for(lambda e: e.get("method") == "turn/completed", seen=seen)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert done["params"]["turn"]["id"] == started["params"]["turn"]["id"]
+        assert_items_balanced(seen)
+        [user] = items_completed(seen, "userMessage")
+        assert "typed by a person" in str(user["content"]), user
+        assert agent_text(seen) == "Answered in the TUI."
+
+
+# -- resume after a restart; nothing left behind ---------------------------------------------
+
+
+@pytest.mark.slow
+async def test_resume_after_restart_and_nothing_left(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("remember the word", ["Noted: PAPAYA."]),
+        Rule("which word", ["It was PAPAYA."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv, developerInstructions=ROLE)
+        t1, _ = await turn(srv, tid, "remember the word PAPAYA")
+        assert t1["status"] == "completed"
+    # EOF: the tmux server, the TUI, the app-server and everything they ran are gone
+    assert await env.wait_no_leftovers() == []
+    assert tmux(tui["socket"], "list-sessions") == ""
+
+    sid = env.thread_record(tid)["backend_session_id"]
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        resumed = await srv.call("thread/resume", {"threadId": tid, "cwd": str(env.work)})
+        assert resumed["thread"]["id"] == tid
+        t0 = time.monotonic()
+        t2, events = await turn(srv, tid, "which word was it?")
+        env.timings["first turn after resume (app-server + TUI resume)"] = time.monotonic() - t0
+        assert t2["status"] == "completed" and agent_text(events) == "It was PAPAYA."
+        [tui_argv] = [a for a in codex_argvs(env) if "--remote" in a]
+        assert tui_argv[-2:] == ["resume", sid], tui_argv
+        # the TUI shows the history it resumed
+        tui = resumed["thread"].get("tui") or tui
+        await wait_screen(env, tui, "remember the word PAPAYA", "It was PAPAYA.")
+
+    after = "\n".join(env.fake.user_texts(-1))
+    assert "remember the word PAPAYA" in after
+    assert ROLE in env.fake.developer_text(-1)
