@@ -188,7 +188,6 @@ async def test_command_approval_accept_and_decline(
 # -- interrupt --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 async def test_interrupt_kills_the_running_command(
     nursery: trio.Nursery, codex_env: CodexEnv
 ) -> None:
@@ -242,7 +241,6 @@ async def test_prompt_typed_in_the_tui_is_a_turn(
 # -- resume after a restart; nothing left behind ---------------------------------------------
 
 
-@pytest.mark.slow
 async def test_resume_after_restart_and_nothing_left(
     nursery: trio.Nursery, codex_env: CodexEnv
 ) -> None:
@@ -257,7 +255,7 @@ async def test_resume_after_restart_and_nothing_left(
         assert t1["status"] == "completed"
     # EOF: the tmux server, the TUI, the app-server and everything they ran are gone
     assert await env.wait_no_leftovers() == []
-    assert tmux(tui["socket"], "list-sessions") == ""
+    assert "no server running" in tmux(tui["socket"], "list-sessions")
 
     sid = env.thread_record(tid)["backend_session_id"]
     async with env.server(nursery) as srv:
