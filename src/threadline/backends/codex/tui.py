@@ -123,7 +123,15 @@ class CodexTuiSession(CodexAppServerSession):
         "Permission overrides are not supported when resuming a remote task")."""
         assert self.host.url is not None and self.codex_thread_id is not None
         cwd = self.settings.cwd
-        return [self.codex.binary, "--remote", self.host.url, "-C", cwd, "resume", self.codex_thread_id]
+        return [
+            self.codex.binary,
+            "--remote",
+            self.host.url,
+            "-C",
+            cwd,
+            "resume",
+            self.codex_thread_id,
+        ]
 
     async def wait_ready(self, pane: TmuxPane) -> None:
         """Until the TUI shows its composer (BackendError with its screen if it ends or does
@@ -222,13 +230,17 @@ def _user_text(item: dict[str, Any]) -> str:
     )
 
 
+#: The TUI's prompt mark, starting its composer line (U+203A).
+_PROMPT_MARK = "\u203a"
+
+
 def _composer_shown(screen: str) -> bool:
-    """The TUI's main view: its header and its composer line (`› …`), the thread resumed."""
+    """The TUI's main view: its header and its composer line, the thread resumed."""
     lines = [line.strip() for line in screen.splitlines()]
     return (
         "OpenAI Codex" in screen
         and "Resuming session" not in screen
-        and any(line.startswith("›") for line in lines)
+        and any(line.startswith(_PROMPT_MARK) for line in lines)
     )
 
 
