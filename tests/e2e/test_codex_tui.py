@@ -86,6 +86,13 @@ def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
     return on_request
 
 
+def type_in(tui: dict[str, Any], text: str) -> None:
+    """A person types `text` in the TUI and presses Enter."""
+    tmux(tui["socket"], "send-keys", "-t", tui["session"], "-l", text)
+    time.sleep(0.3)
+    tmux(tui["socket"], "send-keys", "-t", tui["session"], "Enter")
+
+
 def codex_argvs(env: CodexEnv) -> list[list[str]]:
     """The argv of every codex process of the test (by the marker in its environment)."""
     return [
@@ -221,21 +228,62 @@ async def test_prompt_typed_in_the_tui_is_a_turn(
     nursery: trio.Nursery, codex_env: CodexEnv
 ) -> None:
     env = codex_env
-    env.script(Rule("typed by a person", ["Answered in the TUI."]))
+    env.script(
+        Rule("typed by a person", ["Answered in the TUI."]),
+        Rule("typed asking", [escalated("touch typed.txt"), "Typed and created."]),
+    )
     async with env.server(nursery) as srv:
-        tid, tui = await open_tui_thread(env, srv)
-        tmux(tui["socket"], "send-keys", "-t", tid, "-l", "typed by a person")
-        await trio.sleep(0.3)
-        tmux(tui["socket"], "send-keys", "-t", tid, "Enter")
+        tid, tui = await open_tui_thread(env, srv, **ASK)
+        type_in(tui, "typed by a person")
         seen: list[Any] = []
         started = await srv.wait_for(lambda e: e.get("method") == "turn/started", seen=seen)
-        done = await srv.wait_for(lambda e: e.get("method") == "turn/completed", seen=seen)
+        assert started["params"]["threadId"] == tid
+        turn_id = started["params"]["turn"]["id"]
+        done, seen = await srv.collect_turn(turn_id, events=seen, on_request=no_requests)
         assert done["params"]["turn"]["status"] == "completed", done
-        assert done["params"]["turn"]["id"] == started["params"]["turn"]["id"]
         assert_items_balanced(seen)
         [user] = items_completed(seen, "userMessage")
         assert "typed by a person" in str(user["content"]), user
         assert agent_text(seen) == "Answered in the TUI."
+
+        # a typed turn's approval is the client's to give (the TUI shows no prompt)
+        type_in(tui, "typed asking for a file")
+        asked: list[Message] = []
+        started = await srv.wait_for(lambda e: e.get("method") == "turn/started")
+        turn_id = started["params"]["turn"]["id"]
+        done, seen = await srv.collect_turn(turn_id, on_request=answer("accept", asked))
+        assert done["params"]["turn"]["status"] == "completed", done
+        [request] = asked
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        assert (env.work / "typed.txt").exists()
+        assert agent_text(seen) == "Typed and created."
+        shown = await wait_screen(env, tui, "typed asking for a file", "Typed and created.")
+        assert "Would you like to run" not in shown, shown
+
+
+async def test_escape_in_the_tui_interrupts_and_kills_the_command(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("long command", [ExecCommand(f"sleep {SLEEP_S}", yield_time_ms=30_000), "Done."]),
+        Rule("after", ["Recovered."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(
+            env, srv, approvalPolicy="never", sandbox="workspace-write"
+        )
+        turn_id = await srv.start_turn(tid, "run the long command")
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "sleep started")
+        # a person presses Escape in the TUI
+        tmux(tui["socket"], "send-keys", "-t", tid, "Escape")
+        done, events = await srv.collect_turn(turn_id, on_request=no_requests)
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(events)
+        await env.wait_until(lambda: not env.sleepers(SLEEP_S), "the sleep gone", timeout=5)
+
+        t, events = await turn(srv, tid, "after that")
+        assert t["status"] == "completed" and agent_text(events) == "Recovered."
 
 
 # -- resume after a restart; nothing left behind ---------------------------------------------

@@ -79,8 +79,10 @@ class CodexTuiSession(CodexAppServerSession):
             )
 
     async def _answer_first_run(self) -> None:
-        """Trust the cwd and keep the configured model (the TUI's own answers to its
-        first-run screens, written by Codex itself)."""
+        """Trust the cwd and keep the configured model: the answers the TUI itself writes
+        to its first-run screens (`[projects."<cwd>"] trust_level`, `[notice.model_migrations]`),
+        written by Codex's `config/batchWrite` into the thread's CODEX_HOME. (`-c` flags do not
+        skip them: the remote TUI reads its own config.toml.)"""
         cwd = self.settings.cwd
         edits: list[dict[str, Any]] = [
             {"keyPath": "projects", "value": {cwd: {"trust_level": "trusted"}}, **_UPSERT}
@@ -97,7 +99,8 @@ class CodexTuiSession(CodexAppServerSession):
                 )
             await self.request("config/batchWrite", {"edits": edits}, timeout=10)
         except ResponseError as exc:
-            raise b.BackendError(f"codex refused its config: {exc.message}") from None
+            # (the TUI then shows its screen: `wait_ready` fails with it)
+            log.warning("codex config/batchWrite of the first-run answers: %s", exc.message)
 
     async def _upgrade_of(self, model: str) -> str | None:
         """The model Codex would offer to migrate `model` to (`model/list`'s `upgrade`)."""
