@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,7 +24,13 @@ import trio
 from tests.e2e.codex_env import CodexEnv
 from tests.fakes.openai_responses import ExecCommand, Rule
 from tests.support.cli_env import cmdline
-from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
+from tests.support.client import (
+    Message,
+    ServerProcess,
+    assert_items_balanced,
+    notifications,
+    running_server,
+)
 from tests.support.events import (
     agent_text,
     items_completed,
@@ -323,3 +330,58 @@ async def test_resume_after_restart_and_nothing_left(
     after = "\n".join(env.fake.user_texts(-1))
     assert "remember the word PAPAYA" in after
     assert ROLE in env.fake.developer_text(-1)
+
+
+# -- secrets outside tmux; a SIGKILLed threadline's TUI, app-server and commands reaped --------
+
+
+def environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def tmux_servers(socket: str) -> list[int]:
+    """Live tmux server processes on `socket`."""
+    return [
+        int(pid)
+        for pid in os.listdir("/proc")
+        if pid.isdigit()
+        and (argv := cmdline(int(pid)))
+        and "tmux" in os.path.basename(argv[0])
+        and socket in argv
+    ]
+
+
+async def test_secrets_stay_out_of_tmux_and_a_sigkilled_server_is_reaped(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("hello", ["Hi."]),
+        Rule("long command", [ExecCommand(f"sleep {SLEEP_S}", yield_time_ms=30_000), "Done."]),
+    )
+    key = next(v for k, v in env.cli_vars().items() if "KEY" in k).encode()
+    async with running_server(nursery, env.home, env.env(), check_exit=False) as srv:
+        tid, tui = await open_tui_thread(
+            env, srv, approvalPolicy="never", sandbox="workspace-write"
+        )
+        t, _ = await turn(srv, tid, "hello")
+        assert t["status"] == "completed"
+        [server] = tmux_servers(tui["socket"])
+        assert key not in environ(server)
+        assert not any(key.decode() in a for argv in codex_argvs(env) for a in argv)
+        await srv.start_turn(tid, "run the long command")
+        await env.wait_until(lambda: bool(env.sleepers(SLEEP_S)), "sleep started")
+        left = env.leftovers()
+        assert server in left
+        srv.signal(signal.SIGKILL)
+        await srv.wait()
+    await trio.sleep(0.5)
+    assert tmux_servers(tui["socket"]) == [server], "tmux outlives a SIGKILLed threadline"
+    async with env.server(nursery) as srv:
+        await srv.initialize()  # (the next threadline on the same state directory reaps it)
+        await env.wait_until(lambda: not [p for p in env.leftovers() if p in left], "reaped", 10)
+        assert env.sleepers(SLEEP_S) == []
