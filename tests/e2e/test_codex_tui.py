@@ -164,6 +164,44 @@ async def test_turn_text_screen_and_role(nursery: trio.Nursery, codex_env: Codex
     assert ROLE not in "\n".join(env.fake.user_texts(0))
 
 
+async def test_own_model_and_full_access_skip_the_first_run_screens(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    """The TUI asks about a model migration for its config's model and for the thread's own;
+    both are answered ahead (else `thread/start` fails with the screen, after 20 s)."""
+    env = codex_env
+    env.script(Rule("full access", [ExecCommand("touch full.txt"), "Done with full access."]))
+    async with env.server(nursery) as srv:
+        t0 = time.monotonic()
+        tid, tui = await open_tui_thread(
+            env,
+            srv,
+            approvalPolicy="never",
+            sandbox="danger-full-access",
+            model="gpt-5.6-luna",
+        )
+        assert time.monotonic() - t0 < 15
+        # a turn's override reaches Codex (the TUI takes the thread's settings from it)
+        started = await srv.call(
+            "turn/start",
+            {
+                "threadId": tid,
+                "input": [{"type": "text", "text": "full access please"}],
+                "effort": "low",
+            },
+        )
+        done, events = await srv.collect_turn(started["turn"]["id"], on_request=no_requests)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert agent_text(events) == "Done with full access."
+        assert (env.work / "full.txt").exists()
+        await wait_screen(env, tui, "full access please", "Done with full access.")
+    [request] = env.fake.model_requests[:1]
+    assert request.body["model"] == "gpt-5.6-luna"
+    assert request.body["reasoning"]["effort"] == "low"
+    config = (env.codex_home / "config.toml").read_text()
+    assert '"gpt-5.5" = "gpt-6-sol"' in config and '"gpt-5.6-luna" = "gpt-6-luna"' in config
+
+
 # -- approvals --------------------------------------------------------------------------------
 
 

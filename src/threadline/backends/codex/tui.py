@@ -45,7 +45,7 @@ __all__ = ["CodexTuiSession", "open_codex_tui"]
 
 log = logging.getLogger("threadline.backend.codex")
 
-_READY_TIMEOUT = 30.0
+_READY_TIMEOUT = 20.0
 _POLL = 0.1
 #: How often a session waiting for a person's prompt checks that the TUI still runs.
 _ALIVE_CHECK = 1.0
@@ -87,30 +87,30 @@ class CodexTuiSession(CodexAppServerSession):
         edits: list[dict[str, Any]] = [
             {"keyPath": "projects", "value": {cwd: {"trust_level": "trusted"}}, **_UPSERT}
         ]
-        model = own_model(self.settings)
         try:
-            if model is None:
-                read = await self.request("config/read", {"cwd": cwd}, timeout=10) or {}
-                model = (read.get("config") or {}).get("model")
-            upgrade = await self._upgrade_of(model) if model else None
-            if model and upgrade:
-                edits.append(
-                    {"keyPath": "notice.model_migrations", "value": {model: upgrade}, **_UPSERT}
-                )
+            read = await self.request("config/read", {"cwd": cwd}, timeout=10) or {}
+            # (the TUI asks about its config's model even when the thread has its own)
+            models = {(read.get("config") or {}).get("model"), own_model(self.settings)}
+            migrations = await self._upgrades({m for m in models if isinstance(m, str) and m})
+            if migrations:
+                edits.append({"keyPath": "notice.model_migrations", "value": migrations, **_UPSERT})
             await self.request("config/batchWrite", {"edits": edits}, timeout=10)
         except ResponseError as exc:
             # (the TUI then shows its screen: `wait_ready` fails with it)
             log.warning("codex config/batchWrite of the first-run answers: %s", exc.message)
 
-    async def _upgrade_of(self, model: str) -> str | None:
-        """The model Codex would offer to migrate `model` to (`model/list`'s `upgrade`)."""
-        for entry in await self.list_models_raw():
-            if entry.get("model") == model or entry.get("id") == model:
-                upgrade = entry.get("upgrade")
-                return upgrade if isinstance(upgrade, str) and upgrade else None
-        return None
+    async def _upgrades(self, models: set[str]) -> dict[str, str]:
+        """The model Codex would offer to migrate each of `models` to (`model/list`'s
+        `upgrade`), for those that have one."""
+        upgrades: dict[str, str] = {}
+        for entry in await self._model_entries():
+            upgrade = entry.get("upgrade")
+            name = entry.get("model")
+            if name in models and isinstance(upgrade, str) and upgrade:
+                upgrades[str(name)] = upgrade
+        return upgrades
 
-    async def list_models_raw(self) -> list[dict[str, Any]]:
+    async def _model_entries(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
         cursor = None
         while True:
