@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests.e2e import test_codex_control as ctl
 from tests.e2e.codex_env import CodexEnv
 from tests.fakes.openai_responses import ExecCommand, Rule
 from tests.support.cli_env import cmdline
@@ -423,3 +424,24 @@ async def test_secrets_stay_out_of_tmux_and_a_sigkilled_server_is_reaped(
         await srv.initialize()  # (the next threadline on the same state directory reaps it)
         await env.wait_until(lambda: not [p for p in env.leftovers() if p in left], "reaped", 10)
         assert env.sleepers(SLEEP_S) == []
+
+
+# -- the control surface: the same app-server as stream mode's ------------------------------
+
+
+async def test_control_surface_as_in_stream_mode(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    """Images and overrides, steer, fork (a tui thread of its own), inject and compact, a new
+    sandbox and cwd: stream mode's checks, on a tui thread (tests/e2e/test_codex_control.py)."""
+    env = codex_env
+    ctl.prepare(env)
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv)
+        await ctl.check_overrides_and_images(env, srv, tid)
+        await ctl.check_steer(env, srv, tid)
+        await ctl.check_fork(env, srv, tid, config=TUI)
+        await ctl.check_inject_and_compact(env, srv, tid)
+        await ctl.check_sandbox_and_cwd(env, srv, tid)
+        await wait_screen(env, tui, "after the compaction")
+    await ctl.check_kept_after_restart(env, nursery, tid)

@@ -235,16 +235,18 @@ def _user_text(item: dict[str, Any]) -> str:
 
 #: The TUI's prompt mark, starting its composer line (U+203A).
 _PROMPT_MARK = "\u203a"
+#: The hint under an empty composer (the first-run screens show none).
+_HINT = "? for shortcuts"
 
 
 def _composer_shown(screen: str) -> bool:
-    """The TUI's main view: its header and its composer line, the thread resumed."""
+    """The TUI's main view, the thread resumed: the hint under its composer, or (in case the
+    hint changes) its header and a composer line. (A long history scrolls the header off.)"""
+    if "Resuming session" in screen:
+        return False
     lines = [line.strip() for line in screen.splitlines()]
-    return (
-        "OpenAI Codex" in screen
-        and "Resuming session" not in screen
-        and any(line.startswith(_PROMPT_MARK) for line in lines)
-    )
+    composer = any(line.startswith(_PROMPT_MARK) for line in lines)
+    return composer and (_HINT in screen or "OpenAI Codex" in screen)
 
 
 @asynccontextmanager
