@@ -238,6 +238,40 @@ async def test_command_approval_accept_and_decline(
     assert len(seen) == 2
 
 
+async def test_approval_answered_in_the_tui_withdraws_the_clients(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    """The TUI gets Codex's approval request too and shows its prompt: a person's answer
+    there resolves it, and the client's request is withdrawn (`serverRequest/resolved`)."""
+    env = codex_env
+    env.script(Rule("please accept", [escalated("touch accepted.txt"), "Created it."]))
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv, **ASK)
+        turn_id = await srv.start_turn(tid, "please accept")
+        seen: list[Any] = []
+        request = await srv.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        await wait_screen(env, tui, "Would you like to run the following command?")
+        tmux(tui["socket"], "send-keys", "-t", tid, "y")  # a person approves in the TUI
+        resolved = await srv.wait_for(
+            lambda e: e.get("method") == "serverRequest/resolved", seen=seen
+        )
+        assert resolved["params"]["requestId"] == request["id"]
+        done, events = await srv.collect_turn(turn_id, events=seen, on_request=no_requests)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert (env.work / "accepted.txt").exists()
+        assert agent_text(events) == "Created it."
+        # withdrawn at the person's answer, before the command ran (not at the turn's end)
+        [ran] = [
+            i
+            for i, e in enumerate(events)
+            if e.get("method") == "item/completed"
+            and e["params"]["item"]["type"] == "commandExecution"
+        ]
+        assert events.index(resolved) < ran
+        await wait_screen(env, tui, "You approved codex to run touch accepted.txt")
+
+
 # -- interrupt --------------------------------------------------------------------------------
 
 

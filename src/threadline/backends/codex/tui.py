@@ -64,6 +64,8 @@ class CodexTuiSession(CodexAppServerSession):
         self._replay: list[Incoming] = []
         self._outside_turn: str | None = None
         self._outside_began = 0.0
+        #: Codex's requests being answered through threadline (request id → their scope).
+        self._answering: dict[int | str, trio.CancelScope] = {}
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -197,6 +199,39 @@ class CodexTuiSession(CodexAppServerSession):
                 break
         self._replay, self._outside_turn = [], None
         return None
+
+    # -- Codex's requests: the TUI gets them too ----------------------------------------------
+
+    async def _server_request(self, request: Incoming, ctx: b.TurnContext) -> None:
+        """Answered through threadline's approval router, unless a person answers it in the
+        TUI first (Codex then sends `serverRequest/resolved`: the client's request is
+        withdrawn and Codex gets no second answer)."""
+        assert request.id is not None
+        result: Any = None
+        error: RpcError | None = None
+        with trio.CancelScope() as scope:
+            self._answering[request.id] = scope
+            try:
+                result = await self._answer(request, ctx)
+            except RpcError as exc:
+                error = exc
+            finally:
+                self._answering.pop(request.id, None)
+        if not scope.cancelled_caught:
+            await self._respond(request, result, error)
+        elif request.method == "item/commandExecution/requestApproval":
+            # (the person's decision is not told: the command may run)
+            self._not_running.discard(str(_params(request).get("itemId") or ""))
+
+    async def _translate(
+        self, method: str, params: dict[str, Any], ctx: b.TurnContext, in_flight: set[str]
+    ) -> None:
+        if method == "serverRequest/resolved":
+            scope = self._answering.get(params.get("requestId"))
+            if scope is not None:
+                scope.cancel()
+            return
+        await super()._translate(method, params, ctx, in_flight)
 
     async def _next_event(self) -> Incoming:
         if self._replay:
