@@ -366,6 +366,32 @@ async def test_escape_in_the_tui_interrupts_and_kills_the_command(
         assert t["status"] == "completed" and agent_text(events) == "Recovered."
 
 
+async def test_a_tui_a_person_quit_is_reopened_at_the_next_turn(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("remember the word", ["Noted: MANGO."]),
+        Rule("which word", ["It was MANGO."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv)
+        t, _ = await turn(srv, tid, "remember the word MANGO")
+        assert t["status"] == "completed"
+        [first] = [a for a in codex_argvs(env) if "--remote" in a]
+        type_in(tui, "/quit")
+        await env.wait_until(
+            lambda: not [a for a in codex_argvs(env) if "--remote" in a], "the TUI gone"
+        )
+        await trio.sleep(1.5)  # (the session notices within a second)
+        t, events = await turn(srv, tid, "which word was it?")
+        assert t["status"] == "completed" and agent_text(events) == "It was MANGO."
+        [second] = [a for a in codex_argvs(env) if "--remote" in a]
+        assert second[-2:] == first[-2:]  # `resume <the same Codex thread>`
+        await wait_screen(env, tui, "remember the word MANGO", "It was MANGO.")
+    assert "remember the word MANGO" in "\n".join(env.fake.user_texts(-1))
+
+
 # -- resume after a restart; nothing left behind ---------------------------------------------
 
 

@@ -9,13 +9,20 @@ Where each part of a turn comes from (codex 0.169.0, measured):
   rollout found" until then), then starts the TUI as `codex --remote <url> resume <id>`.
 - input: `turn/start` over threadline's connection (every override, images, output schema
   as in stream mode); the TUI shows the prompt and the answer as they come (it is
-  subscribed to the thread). A prompt a person types in the TUI is a turn of its own: its
+  subscribed to the thread). Not a paste: that would lose the overrides, images and schema,
+  and an Enter sent while the TUI settles is lost. A prompt a person types in the TUI is a
+  turn of its own: its
   `turn/started` is one threadline did not ask for (`wait_outside_turn`).
 - items, deltas, token usage, the end: the app-server's v2 notifications, mapped exactly as
   in stream mode (app_server.py).
-- approvals: Codex sends its approval requests to threadline's connection too; the answer
-  comes from threadline's approval router (fail closed) and resolves the TUI's prompt.
-- interrupt: `turn/interrupt`; the commands Codex leaves running are killed (commands.py).
+- approvals: Codex sends each approval request to both clients: threadline asks through its
+  approval router (fail closed) and its answer resolves the TUI's prompt; a person who
+  answers in the TUI first resolves it for both (`serverRequest/resolved`: the client's
+  request is withdrawn).
+- interrupt: `turn/interrupt` (or Escape in the TUI); the commands Codex leaves running are
+  killed (commands.py).
+- a TUI a person quit (`/quit`): the session is unhealthy; the next turn opens a new one
+  (app-server and TUI, `resume <id>`).
 First-run screens (folder trust, the model-migration notice) are answered ahead through
 Codex's own `config/batchWrite`, with the values the TUI itself would write.
 """
