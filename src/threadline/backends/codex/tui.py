@@ -234,7 +234,8 @@ class CodexTuiSession(CodexAppServerSession):
         self, method: str, params: dict[str, Any], ctx: b.TurnContext, in_flight: set[str]
     ) -> None:
         if method == "serverRequest/resolved":
-            scope = self._answering.get(params.get("requestId"))
+            request_id = params.get("requestId")
+            scope = self._answering.get(request_id) if request_id is not None else None
             if scope is not None:
                 scope.cancel()
             return
