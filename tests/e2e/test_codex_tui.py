@@ -301,6 +301,37 @@ async def test_interrupt_kills_the_running_command(
         assert t["status"] == "completed" and agent_text(events) == "Recovered."
 
 
+async def test_interrupt_while_an_approval_waits(
+    nursery: trio.Nursery, codex_env: CodexEnv
+) -> None:
+    env = codex_env
+    env.script(
+        Rule("please wait", [escalated("touch never.txt"), "Not reached."]),
+        Rule("after", ["Recovered."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, tui = await open_tui_thread(env, srv, **ASK)
+        turn_id = await srv.start_turn(tid, "please wait")
+        seen: list[Any] = []
+        request = await srv.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
+        await wait_screen(env, tui, "Would you like to run the following command?")
+        t0 = time.monotonic()
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done, events = await srv.collect_turn(turn_id, events=seen, on_request=no_requests)
+        env.timings["interrupt while an approval waits"] = time.monotonic() - t0
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(events)
+        resolved = notifications(events, "serverRequest/resolved")
+        assert [r["params"]["requestId"] for r in resolved] == [request["id"]]
+        assert not (env.work / "never.txt").exists()
+        shown = await wait_screen(env, tui, "please wait")
+        assert "Would you like to run" not in shown, shown
+
+        t, events = await turn(srv, tid, "after that")
+        assert t["status"] == "completed" and agent_text(events) == "Recovered."
+    assert not (env.work / "never.txt").exists()
+
+
 # -- a turn a person starts in the TUI ------------------------------------------------------
 
 
