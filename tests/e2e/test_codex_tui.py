@@ -101,6 +101,18 @@ def type_in(tui: dict[str, Any], text: str) -> None:
     tmux(tui["socket"], "send-keys", "-t", tui["session"], "Enter")
 
 
+async def approve_in_tui(env: CodexEnv, tui: dict[str, Any]) -> None:
+    """A person presses `y` at the TUI's approval prompt, again if the TUI did not take it
+    (a run once had the prompt on screen and no answer 30 s after `y`; cause unknown)."""
+    for _ in range(5):
+        tmux(tui["socket"], "send-keys", "-t", tui["session"], "y")
+        with trio.move_on_after(2):
+            while "You approved codex" not in screen(tui["socket"], tui["session"]):  # noqa: ASYNC110 - polling the pane
+                await trio.sleep(0.05)
+            return
+    raise AssertionError(f"the TUI did not take `y`:\n{screen(tui['socket'], tui['session'])}")
+
+
 def codex_argvs(env: CodexEnv) -> list[list[str]]:
     """The argv of every codex process of the test (by the marker in its environment)."""
     return [
@@ -252,7 +264,7 @@ async def test_approval_answered_in_the_tui_withdraws_the_clients(
         request = await srv.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
         assert request["method"] == "item/commandExecution/requestApproval", request
         await wait_screen(env, tui, "Would you like to run the following command?")
-        tmux(tui["socket"], "send-keys", "-t", tid, "y")  # a person approves in the TUI
+        await approve_in_tui(env, tui)
         resolved = await srv.wait_for(
             lambda e: e.get("method") == "serverRequest/resolved", seen=seen
         )
@@ -529,6 +541,9 @@ async def test_control_surface_as_in_stream_mode(
     ctl.prepare(env)
     async with env.server(nursery) as srv:
         tid, tui = await open_tui_thread(env, srv)
+        # model/list: Codex's own list, from the thread's app-server
+        models = (await srv.call("model/list", {}))["data"]
+        assert ctl.OTHER_MODEL in [m["model"] for m in models if m["id"].startswith("codex/")]
         await ctl.check_overrides_and_images(env, srv, tid)
         await ctl.check_steer(env, srv, tid)
         await ctl.check_fork(env, srv, tid, config=TUI)

@@ -69,7 +69,11 @@ class CodexBackend(b.Backend):
             return
         if settings.mode == "tui":
             async with open_codex_tui(settings, codex) as tui:
-                yield tui
+                self._live.append(tui)
+                try:
+                    yield tui
+                finally:
+                    self._live.remove(tui)
             return
         shared = settings.env.get("THREADLINE_CODEX_SHARED", "1").strip() not in ("0", "false")
         argv = app_server_argv(codex, settings)
