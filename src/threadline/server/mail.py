@@ -111,15 +111,16 @@ class MailService:
         """The thread's mailbox (and its alias); its agent's mail tools when it asks."""
         if thread.record.ephemeral:
             return
+        # (a listing of one small directory: no worker thread, so a thread/start answers
+        # as soon as it did without a mailbox; the mailbox itself is made when first used)
+        self._seen[thread.id] = self.box.new_keys(thread.id)
         options = _options(thread)
-        alias = options.get("alias") if options else None
-        try:
-            await self._run(self.box.open, thread.id, alias)
-        except RpcError as exc:
-            raise RpcError(INVALID_PARAMS, f"Invalid params: {exc.message}") from None
-        self._seen[thread.id] = await trio.to_thread.run_sync(self.box.new_keys, thread.id)
         if options is None:
             return
+        try:
+            await self._run(self.box.open, thread.id, options.get("alias"))
+        except RpcError as exc:
+            raise RpcError(INVALID_PARAMS, f"Invalid params: {exc.message}") from None
         mail_tools = MailTools(self.box, thread.id, self._delivered)
         host = await tools.host()
         thread.settings.mcp_servers.append(host.register(mail_tools, MAIL_SERVER))

@@ -17,6 +17,9 @@ Exec mode (`config.mode: "exec"`): `codex exec --json` per turn (`exec resume <i
 prompt on stdin then EOF (exec blocks until stdin closes), no approvals: policy only via the
 sandbox flags; cancel kills the process group.
 
+tui mode (`config.mode: "tui"`): the interactive Codex TUI in a tmux session, attached with
+`--remote` to an app-server of the thread's own that threadline also drives (tui.py).
+
 Facts (codex 0.169.0, reference/codex-runtime.md): Codex retries an unreachable provider
 forever unless `unbounded_connection_retries` is disabled; an interrupted app-server turn keeps
 its running command alive (threadline kills the thread's own commands: `commands`); resume does
@@ -41,6 +44,7 @@ from .invocation import CodexCommand
 from .native import codex_sessions
 from .pool import CodexPool
 from .spec import SPEC
+from .tui import open_codex_tui
 
 __all__ = ["CodexBackend"]
 
@@ -62,6 +66,14 @@ class CodexBackend(b.Backend):
         codex = CodexCommand.resolved(self.binary(settings))
         if settings.mode == "exec":
             yield CodexExecSession(settings, codex)
+            return
+        if settings.mode == "tui":
+            async with open_codex_tui(settings, codex) as tui:
+                self._live.append(tui)
+                try:
+                    yield tui
+                finally:
+                    self._live.remove(tui)
             return
         shared = settings.env.get("THREADLINE_CODEX_SHARED", "1").strip() not in ("0", "false")
         argv = app_server_argv(codex, settings)

@@ -42,6 +42,26 @@ SPEC = BackendSpec(
             compact=True,
             inject_items="native",
         ),
+        "tui": mode_capabilities(
+            (
+                "the interactive Codex TUI in a tmux session named after the thread "
+                "(`tmux -L threadline-<pid> attach -t <thread>`), started as `codex --remote "
+                "ws://127.0.0.1:<port> resume <thread>` against a `codex app-server` of the "
+                "thread's own that threadline drives as a second WebSocket client: turns are "
+                "its `turn/start` (the TUI shows them), the structured stream is that "
+                "app-server's v2 notifications, approvals its requests; a prompt a person "
+                "types in the TUI is a turn of the thread"
+            ),
+            "native: `developerInstructions` / `baseInstructions` on thread/start",
+            images=True,
+            image_urls=False,
+            overrides=_NATIVE,
+            output_schema=True,
+            steer=True,
+            fork=True,
+            compact=True,
+            inject_items="native",
+        ),
         # A mode run once per turn: approvals by policy only, no native interrupt.
         "exec": mode_capabilities(
             (

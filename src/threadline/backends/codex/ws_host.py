@@ -1,0 +1,134 @@
+"""A `codex app-server` of one thread listening on a loopback WebSocket (tui mode): its TUI
+attaches with `codex --remote ws://…` and threadline is a second client on the same server.
+
+Measured on codex 0.169.0: `--listen ws://127.0.0.1:0` picks a free port and prints it on
+stderr (`listening on: ws://127.0.0.1:<port>`) once it listens; every JSON-RPC message is one
+text frame. The server is threadline's own child (process ledger, killed with its group):
+no daemon of Codex's runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+
+from ...procs.early import Eligible
+from ...rpc.endpoint import Endpoint
+from ...rpc.transport import StreamTransport
+from .. import base as b
+from ..kit.spawn import open_session_process
+from .host import EXIT_GRACE, CodexHost
+from .invocation import LAUNCHER_VARS, _exit_error
+
+__all__ = ["CodexWsHost"]
+
+log = logging.getLogger("threadline.backend.codex")
+
+_LISTENING = re.compile(r"listening on: (ws://127\.0\.0\.1:(\d+))")
+#: How long the app-server may take to listen.
+_LISTEN_TIMEOUT = 30.0
+_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+class _Frames(trio.abc.Stream):
+    """A WebSocket as lines: each line written is one text frame, each frame read one line."""
+
+    def __init__(self, ws: WebSocketConnection) -> None:
+        self._ws = ws
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            for line in bytes(data).split(b"\n"):
+                if line:
+                    await self._ws.send_message(line.decode())
+        except ConnectionClosed as exc:
+            raise trio.BrokenResourceError(str(exc)) from None
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        try:
+            message = await self._ws.get_message()
+        except ConnectionClosed:
+            return b""
+        return (message.encode() if isinstance(message, str) else message) + b"\n"
+
+    async def aclose(self) -> None:
+        await self._ws.aclose()
+
+
+class CodexWsHost(CodexHost):
+    """`CodexHost` over a WebSocket: `url` is where the TUI attaches (set once it listens)."""
+
+    def __init__(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> None:
+        super().__init__([*argv, "--listen", "ws://127.0.0.1:0"], cwd, env)
+        self.url: str | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Spawn, connect, `initialize`, serve until stopped. Raises only before `started`."""
+        started = False
+        try:
+            async with open_session_process(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                name="codex app-server",
+                early=Eligible(env_keys=LAUNCHER_VARS),
+            ) as proc:
+                self.proc = proc
+                self.alive = True
+                url, port = await self._listening()
+                self.url = url
+                async with (
+                    await trio.open_tcp_stream("127.0.0.1", port) as stream,
+                    trio.open_nursery() as nursery,
+                ):
+                    self._nursery = nursery
+                    ws = await wrap_client_stream(
+                        nursery, stream, "127.0.0.1", "/", max_message_size=_MAX_MESSAGE
+                    )
+                    frames = _Frames(ws)
+                    self._endpoint = Endpoint(
+                        StreamTransport(frames, frames),
+                        name="codex app-server",
+                        on_message=self._route,
+                        on_eof=self._ended,
+                    )
+                    nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
+                    await self._handshake()
+                    started = True
+                    task_status.started()
+                    await self._stop.wait()
+                    nursery.cancel_scope.cancel()
+                # (a listening app-server does not end at stdin's EOF)
+                with trio.CancelScope(shield=True):
+                    await proc.terminate(EXIT_GRACE)
+            if not started:
+                raise _exit_error(self.proc, "exited during start-up")
+        except Exception:
+            if not started:
+                raise
+            log.exception("codex app-server %s failed", self.proc)
+        finally:
+            self._gone()
+
+    async def _listening(self) -> tuple[str, int]:
+        """The server's URL and port, once its stderr says it listens."""
+        proc = self.proc
+        assert proc is not None
+        with trio.move_on_after(_LISTEN_TIMEOUT):
+            while proc.returncode is None:
+                found = _LISTENING.search(proc.stderr_tail(8000))
+                if found:
+                    return found.group(1), int(found.group(2))
+                await trio.sleep(0.02)
+            raise _exit_error(proc, "exited during start-up")
+        raise b.BackendError(
+            f"codex app-server did not listen within {_LISTEN_TIMEOUT:.0f} s",
+            codex_error_info="other",
+        )
