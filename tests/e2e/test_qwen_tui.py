@@ -238,8 +238,13 @@ async def test_prompt_typed_in_the_tui_is_a_turn(nursery: trio.Nursery, qwen_env
         assert tui["session"] == tid and tui["attach"] == (
             f"tmux -L {tui['socket']} attach -t {tid}"
         ), tui
+        # (a person types once the prompt shows: keys sent while qwen still starts are lost)
+        await env.wait_until(
+            lambda: "Type your message" in screen(tui["socket"], tid), "the prompt", timeout=15
+        )
+        await trio.sleep(1.0)
         tmux(tui["socket"], "send-keys", "-t", tid, "-l", "typed by a person")
-        await trio.sleep(0.3)
+        await env.wait_until(lambda: "typed by a person" in screen(tui["socket"], tid), "typing")
         tmux(tui["socket"], "send-keys", "-t", tid, "Enter")
         seen: list[Any] = []
         started = await srv.wait_for(lambda e: e.get("method") == "turn/started", seen=seen)
