@@ -108,7 +108,7 @@ def qwen_argv(env: QwenEnv) -> list[str] | None:
     """The argv of the test's running qwen (by the marker in its environment)."""
     for pid in env.leftovers():
         argv = cmdline(pid)
-        if any("--json-file" == a for a in argv):
+        if "--json-file" in argv:
             return argv
     return None
 
