@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.e2e.qwen_env import PRINTING_COMMAND, SLEEP_NOTE, QwenEnv, shell_call
+from tests.e2e.qwen_env import PRINTING_COMMAND, SLEEP_NOTE, QwenEnv, shell_call, write_file_call
 from tests.fakes.openai_chat import RecordedRequest, Rule, Step, Text
 from tests.support.cli_env import cmdline
 from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
@@ -159,6 +159,10 @@ async def test_command_approval_accept_and_decline(
     env.script(
         Rule("please accept", [shell_call(PRINTING_COMMAND), "Created it."]),
         Rule("please decline", [shell_call("touch declined.txt"), "Not reached."]),
+        Rule(
+            "please write",
+            [write_file_call(env.work / "hello.txt", "hello from the tui\n"), "Wrote it."],
+        ),
         Rule("afterwards", ["Still fine."]),
     )
     seen: list[Message] = []
@@ -184,6 +188,17 @@ async def test_command_approval_accept_and_decline(
         assert cmd["status"] == "declined", cmd
         assert_items_balanced(events)
         assert not (env.work / "declined.txt").exists()
+
+        # a file write: a fileChange approval, the change as a diff
+        t, events = await turn(srv, tid, "please write", answer("accept", seen))
+        assert status(t) == "completed" and agent_text(events) == "Wrote it.", t
+        [request] = requests_in(events)
+        assert request["method"] == "item/fileChange/requestApproval", request
+        [change] = items_completed(events, "fileChange")
+        assert change["status"] == "completed", change
+        assert change["changes"][0]["path"] == str(env.work / "hello.txt")
+        assert "+hello from the tui" in change["changes"][0]["diff"], change
+        assert (env.work / "hello.txt").read_text() == "hello from the tui\n"
 
         t, events = await turn(srv, tid, "afterwards")
         assert status(t) == "completed" and agent_text(events) == "Still fine."
@@ -220,6 +235,53 @@ async def test_interrupt_kills_the_running_command(
 
         t, events = await turn(srv, tid, "afterwards")
         assert status(t) == "completed" and agent_text(events) == "Still working fine."
+
+
+# -- interrupts while the model answers and while an approval waits --------------------------
+
+
+@pytest.mark.slow
+async def test_interrupt_while_answering_and_while_approval_waits(
+    nursery: trio.Nursery, qwen_env: QwenEnv
+) -> None:
+    env = qwen_env
+    env.script(
+        Rule(
+            "stream",
+            [Step([Text("Part one of a long answer.")], stall_after_first_delta_ms=60_000)],
+        ),
+        Rule("approve", [shell_call("touch never-approved.txt"), "Not reached."]),
+        Rule("afterwards", ["Still working fine."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        # -- while the model's answer streams
+        turn_id = await srv.start_turn(tid, "stream something")
+        await env.wait_until(lambda: len(env.fake.model_requests) == 1, "the model request", 30)
+        t0 = time.monotonic()
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        seen: list[Any] = []
+        done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+        env.timings["turn/interrupt while streaming"] = time.monotonic() - t0
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(seen)
+
+        # -- while an approval waits (never answered): declined, nothing runs
+        turn_id = await srv.start_turn(tid, "approve this")
+        seen = []
+        request = await srv.wait_for(lambda e: "id" in e and "method" in e, seen=seen)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(seen)
+        [cmd] = items_completed(seen, "commandExecution")
+        assert cmd["status"] == "declined", cmd
+        await srv.send({"id": request["id"], "result": {"decision": "accept"}})  # too late
+
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed" and agent_text(events) == "Still working fine."
+    assert not (env.work / "never-approved.txt").exists()
 
 
 # -- a turn a person starts in the tmux session ----------------------------------------------
