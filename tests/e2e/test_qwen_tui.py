@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from tests.e2e.qwen_env import PRINTING_COMMAND, SLEEP_NOTE, QwenEnv, shell_call, write_file_call
-from tests.fakes.openai_chat import RecordedRequest, Rule, Step, Text
+from tests.fakes.openai_chat import HttpError, RecordedRequest, Rule, Step, Text
 from tests.support.cli_env import cmdline
 from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
 from tests.support.events import (
@@ -358,3 +358,47 @@ async def test_resume_after_restart_and_nothing_left(
     assert "remember the word PAPAYA" in human_texts(after)
     assert "Noted: PAPAYA." in str(after.messages)
     assert human_texts(after).count(ROLE) == 1  # the bootstrap is not sent again
+
+
+# -- a changed model restarts qwen, resuming its conversation; an API error fails the turn ---
+
+
+@pytest.mark.slow
+async def test_model_change_restarts_qwen_and_api_error_fails(
+    nursery: trio.Nursery, qwen_env: QwenEnv
+) -> None:
+    env = qwen_env
+    env.script(
+        Rule("first", ["One."]),
+        Rule("second", ["Two."]),
+        # (first: the next request may carry the failed prompt too)
+        Rule("afterwards", ["Fine again."]),
+        Rule("auth please", [HttpError(401, "bad fake key")]),
+    )
+    async with env.server(nursery) as srv:
+        tid, socket = await open_tui_thread(env, srv)
+        t, _ = await turn(srv, tid, "first")
+        assert status(t) == "completed"
+        sid = env.thread_record(tid)["backend_session_id"]
+        params = {
+            "threadId": tid,
+            "input": [{"type": "text", "text": "second"}],
+            "model": "other-model",
+        }
+        result = await srv.call("turn/start", params)
+        done, events = await srv.collect_turn(result["turn"]["id"], timeout=60)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert agent_text(events) == "Two."
+        argv = qwen_argv(env)
+        assert argv is not None and argv[argv.index("--resume") + 1] == sid, argv
+        assert argv[argv.index("--model") + 1] == "other-model", argv
+        assert tmux(socket, "list-sessions", "-F", "#{session_name}").split() == [tid]
+
+        t, events = await turn(srv, tid, "auth please")
+        assert status(t) == "failed", t
+        assert t["error"]["codexErrorInfo"] == "unauthorized", t["error"]
+        assert items_completed(events, "agentMessage") == []
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed" and agent_text(events) == "Fine again.", t.get("error")
+    second = env.fake.model_requests[1]
+    assert "first" in human_texts(second) and second.body.get("model") == "other-model"

@@ -10,13 +10,16 @@ content (`text`, `tool_use` blocks) and its `usage`, tool results as `user` mess
   `ToolNames`); the ones claude's mapper knows by another name are renamed for it;
 - a shell's result is qwen's text for the model, `Command: ...\\nDirectory: ...\\nOutput:
   ...\\nError: ...\\nExit Code: N\\n...` (`Output: (empty)` for none), not claude's fields.
+- an API error that ends the turn comes as an agent message streamed in one delta, "[API
+  Error: <status> <message>]" (the `StopFailure` hook reports it too): it is not an agent
+  message of the turn, so a text item is announced with its first delta, not before.
 The lines before the turn's prompt message are not the turn's (see `QwenTuiMapper.started`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ... import protocol as p
@@ -37,6 +40,8 @@ CLAUDE_NAMES = {
 _OUTPUT = re.compile(r"^Output: (.*?)\n(?:Error|Exit Code|Signal|Background PIDs): ", re.S | re.M)
 _EXIT = re.compile(r"^Exit Code: (-?\d+)\s*$", re.M)
 _EMPTY = "(empty)"
+#: How qwen shows an API error as the turn's text.
+_API_ERROR = "[API Error:"
 
 
 def claude_name(tool: str) -> str:
@@ -59,6 +64,10 @@ class QwenTuiMapper(ClaudeTurnMapper):
     #: The text of the turn's last agent message so far.
     last_text: str | None = None
     turn_usage: p.TokenUsageBreakdown | None = None
+    #: Text items announced by qwen but not yet to the client (until their first delta).
+    _held: dict[str, b.BackendEvent] = field(default_factory=dict)
+    #: Text items that are an API error's text, not the agent's.
+    _errors: set[str] = field(default_factory=set)
 
     def feed(self, msg: dict[str, Any]) -> list[b.BackendEvent]:
         if not self.started:
@@ -66,7 +75,26 @@ class QwenTuiMapper(ClaudeTurnMapper):
             return []
         if msg.get("type") == "assistant":
             self._count(msg.get("message"))
-        return super().feed(msg)
+        return [out for e in super().feed(msg) for out in self._text_event(e)]
+
+    def _text_event(self, event: b.BackendEvent) -> list[b.BackendEvent]:
+        """`event`, held or dropped so that an API error's text makes no item."""
+        if isinstance(event, b.ItemStarted) and isinstance(event.item, p.AgentMessageItem):
+            self._held[event.item.id] = event
+            return []
+        if isinstance(event, b.AgentMessageDelta):
+            item_id, text = event.item_id, event.delta
+        elif isinstance(event, b.ItemCompleted) and isinstance(event.item, p.AgentMessageItem):
+            item_id, text = event.item.id, event.item.text
+        else:
+            return [event]
+        if item_id in self._errors:
+            return []
+        held = self._held.pop(item_id, None)
+        if held is not None and text.startswith(_API_ERROR):
+            self._errors.add(item_id)
+            return []
+        return [event] if held is None else [held, event]
 
     def _count(self, message: Any) -> None:
         if not isinstance(message, dict):
@@ -76,7 +104,7 @@ class QwenTuiMapper(ClaudeTurnMapper):
             for block in message.get("content") or []
             if isinstance(block, dict) and block.get("type") == "text"
         ]
-        if texts:
+        if texts and not texts[-1].startswith(_API_ERROR):
             self.last_text = texts[-1]
         usage = usage_breakdown(message.get("usage"))
         if usage is not None:
