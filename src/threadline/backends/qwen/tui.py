@@ -96,6 +96,8 @@ class QwenTuiSession(b.BackendSession):
         self._mapper: QwenTuiMapper | None = None
         #: Approvals being decided: request id → (tool call id, the decision's scope).
         self._asking: dict[str, tuple[str, trio.CancelScope]] = {}
+        #: The thread's MCP servers were named as not passed to qwen (once per session).
+        self._warned = False
 
     # -- process ---------------------------------------------------------------------------------
 
@@ -194,6 +196,12 @@ class QwenTuiSession(b.BackendSession):
                 if turn.bootstrap:
                     await ctx.mark_role_bootstrap_applied()
             await self._note_session(prompt, ctx)
+            if self.settings.mcp_servers and not self._warned:
+                self._warned = True
+                names = ", ".join(s.name for s in self.settings.mcp_servers)
+                await ctx.emit(
+                    b.Warning(f"qwen's tui mode does not give qwen MCP servers: {names}")
+                )
             mapper = QwenTuiMapper(self.settings.cwd)
             self._mapper = mapper
             early, self._idle = self._idle, []
