@@ -164,14 +164,22 @@ def turn_messages(path: str, prompt: str) -> list[tuple[str, str]]:
     ordered = list(messages.values())
     start = 0
     for index, message in enumerate(ordered):
-        if message.get("type") == "user" and prompt.strip() in json.dumps(message.get("content")):
+        if message.get("type") == "user" and prompt.strip() in _text(message.get("content")):
             start = index + 1
     out = []
-    for message in ordered[start:]:
+    for message in ordered[start:]:  # (read at the turn's end: no later turn is there)
         content = message.get("content")
         if message.get("type") == "gemini" and isinstance(content, str) and content.strip():
             out.append((str(message.get("id")), content))
     return out
+
+
+def _text(content: Any) -> str:
+    """A chat record message's text (a string, or parts with `text`)."""
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "".join(str(c.get("text") or "") for c in parts if isinstance(c, dict))
 
 
 class GeminiTuiSession(b.BackendSession):

@@ -23,7 +23,8 @@ the user's settings plus
   it began is deleted by gemini's next start (a header-only duplicate file makes its cleanup
   take the session as unresumable).
 Sessions are written through the link to the real `~/.gemini/tmp`, so the other modes (and
-a person's gemini) see them.
+a person's gemini) see them. A file gemini creates at the top of `~/.gemini/` while it runs
+(the project map on a first run) stays in the session's directory and goes with it.
 """
 
 from __future__ import annotations
