@@ -2,8 +2,10 @@
 (kit/tmux.py), driven and observed through the protocol.
 
 Where each part of a turn comes from (gemini 0.61.0):
-- input: `turn/start` pastes the prompt (bracketed paste; the role bootstrap first, once),
-  waits `_ENTER_DELAY` s (an Enter sent with the paste is swallowed) and presses Enter; the
+- input: `turn/start` pastes the prompt (bracketed paste; the role bootstrap first, once;
+  not before `_SETTLE` s after `SessionStart`, which comes while a resumed session's history
+  is still drawn and a paste then is lost), waits `_ENTER_DELAY` s (an Enter sent with the
+  paste is swallowed) and presses Enter; the
   turn begins at the `BeforeAgent` hook (tui_setup.py). A prompt a person types in the tmux
   session is a turn of its own (`wait_outside_turn`).
 - tool calls: the hooks. `BeforeTool` announces the call (shell commands as
