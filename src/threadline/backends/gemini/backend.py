@@ -13,6 +13,8 @@ Facts (gemini 0.61.0, reference/gemini-cli.md): a relaunched child ignores signa
 (`GEMINI_CLI_NO_RELAUNCH=1` keeps one process); exit codes 41 auth, 42 input, 55 untrusted
 folder, HTTP status & 0xFF for API errors; an ACP `session/load` within the same wall-clock
 minute as the session file's name wipes the session — we wait for the next minute.
+
+tui mode (`config.mode: "tui"`): the interactive gemini in a tmux session (tui.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import shutil
 import tempfile
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from functools import partial
 
 from .. import base as b
@@ -36,6 +39,7 @@ from .mcp import DEBUG_LOG
 from .native import gemini_sessions
 from .sessions import prune_empty, session_files
 from .spec import SPEC
+from .tui import open_gemini_tui
 
 __all__ = ["GeminiBackend"]
 
@@ -57,6 +61,15 @@ class GeminiBackend(PooledAcpBackend):
             self._logs = tempfile.mkdtemp(prefix="threadline-gemini-acp-")
             weakref.finalize(self, shutil.rmtree, self._logs, ignore_errors=True)
         return os.path.join(self._logs, f"{uuid.uuid4().hex}.log")
+
+    @asynccontextmanager
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        if settings.mode != "tui":
+            async with super().session(settings) as session:
+                yield session
+            return
+        async with open_gemini_tui(settings, self.binary(settings)) as tui:
+            yield tui
 
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
         return session_files(env, session_id)

@@ -32,6 +32,17 @@ SPEC = BackendSpec(
             image_urls=False,  # (files only: no http(s) URL)
             overrides={"model": "native"},  # `-m` at the next spawn
         ),
+        "tui": mode_capabilities(
+            "the interactive `gemini` in a tmux session named after the thread (`tmux -L "
+            "threadline-<pid> attach -t <thread>`); prompts pasted, tool calls from its hooks "
+            "(a blocking `BeforeTool` hook is the approval gate, under `--approval-mode "
+            "yolo`), text from its chat record; resume with `--resume`",
+            "bootstrap text prepended to the first prompt",
+            # Whole messages at the turn's end; no thoughts; pasted text only.
+            deltas=False,
+            reasoning=False,
+            image_urls=False,
+        ),
     },
     npm=NpmCli("gemini", "@google/gemini-cli", "0.61.0"),
     login_fix="set GEMINI_API_KEY (or run `gemini` once to sign in with Google)",

@@ -2,14 +2,17 @@
 (the kit's `AcpPool`): streamed text and thoughts, approvals (`session/request_permission`),
 `session/cancel`, `session/load` for resume. The model (`thread/start.model`) is passed as
 `--model`; the API and its key come from qwen's own configuration (OPENAI_API_KEY,
-OPENAI_BASE_URL, OPENAI_MODEL or ~/.qwen/settings.json)."""
+OPENAI_BASE_URL, OPENAI_MODEL or ~/.qwen/settings.json).
+
+tui mode (`config.mode: "tui"`): the interactive qwen in a tmux session (tui.py)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 
 from .. import base as b
 from ..kit.acp import AcpAgent, AcpHost, AcpPool, AcpSession, PooledAcpBackend
@@ -18,6 +21,7 @@ from .acp import QwenAcpSession, acp_stderr_line
 from .invocation import acp_argv
 from .native import qwen_sessions
 from .spec import SPEC
+from .tui import open_qwen_tui
 
 __all__ = ["QwenBackend", "create"]
 
@@ -33,6 +37,15 @@ class QwenBackend(PooledAcpBackend):
 
     def new_session(self, host: AcpHost, settings: b.SessionSettings) -> AcpSession:
         return QwenAcpSession(host, settings)
+
+    @asynccontextmanager
+    async def session(self, settings: b.SessionSettings) -> AsyncIterator[b.BackendSession]:
+        if settings.mode != "tui":
+            async with super().session(settings) as session:
+                yield session
+            return
+        async with open_qwen_tui(settings, self.binary(settings)) as tui:
+            yield tui
 
     def session_files(self, env: Mapping[str, str], cwd: str, session_id: str) -> list[str]:
         """qwen's record of the session: `~/.qwen/projects/<project>/chats/<id>.jsonl`."""

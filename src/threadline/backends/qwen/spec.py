@@ -26,7 +26,16 @@ SPEC = BackendSpec(
             # (craft/drainMidTurnQueue) or as a follow-up prompt of the same turn.
             compact=True,
             steer=True,
-        )
+        ),
+        "tui": mode_capabilities(
+            "the interactive `qwen` in a tmux session named after the thread (`tmux -L "
+            "threadline-<pid> attach -t <thread>`); prompts through its `--input-file`, items "
+            "from its `--json-file` stream-json and its HTTP hooks; approvals answered in the "
+            "input file; resume with `--resume`",
+            "bootstrap text prepended to the first prompt",
+            # Text prompts only; a new model restarts qwen with `--resume`.
+            image_urls=False,
+        ),
     },
     npm=NpmCli("qwen", "@qwen-code/qwen-code", "0.24.4"),
     login_fix=(

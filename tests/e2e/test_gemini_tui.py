@@ -1,0 +1,203 @@
+"""Gemini CLI's tui mode end to end: the real interactive `gemini` in a tmux session that
+threadline owns, driven through the protocol, against the scripted fake Gemini API.
+
+What a client sees (items, approvals, turn status), what a person attached to the tmux session
+sees (`capture-pane`), and what really happened (files, processes, what the model was sent).
+The fixture's orphan check covers the tmux server and every process in its panes (they carry
+the test's marker variable).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.gemini_env import GeminiEnv
+from tests.fakes.gemini import Rule, ShellCommand
+from tests.support.cli_env import cmdline
+from tests.support.client import Message, ServerProcess, assert_items_balanced
+from tests.support.events import (
+    agent_text,
+    items_completed,
+    no_requests,
+    requests_in,
+    status,
+    turn,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def _tmux() -> None:
+    """tmux is needed (scripts/install-clis installs it): skip without it, fail under CI."""
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
+        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
+
+
+ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
+SLEEPER = "touch sleeper-started.txt && sleep 300 && touch sleeper-finished.txt"
+
+
+async def open_tui_thread(env: GeminiEnv, srv: ServerProcess, **params: Any) -> tuple[str, str]:
+    """A tui thread; (its id, the tmux socket it runs on)."""
+    await srv.initialize()
+    result = await srv.call(
+        "thread/start",
+        {"cwd": str(env.work), "modelProvider": "gemini", "config": {"mode": "tui"}, **params},
+    )
+    tid = result["thread"]["id"]
+    return tid, f"threadline-{srv.pid}"
+
+
+def tmux(socket: str, *args: str) -> str:
+    done = subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=False
+    )
+    return done.stdout
+
+
+def screen(socket: str, session: str) -> str:
+    return tmux(socket, "capture-pane", "-p", "-t", session)
+
+
+def tmux_servers(socket: str) -> list[int]:
+    """Live tmux server processes on `socket`."""
+    return [
+        pid
+        for pid in (int(n) for n in os.listdir("/proc") if n.isdigit())
+        if (argv := cmdline(pid)) and "tmux" in os.path.basename(argv[0]) and socket in argv
+    ]
+
+
+def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
+    def on_request(message: Message) -> Any:
+        seen.append(message)
+        return {"decision": decision}
+
+    return on_request
+
+
+def gemini_argv(env: GeminiEnv) -> list[str] | None:
+    """The argv of the test's running gemini (by the marker in its environment)."""
+    for pid in env.leftovers():
+        argv = cmdline(pid)
+        if "--approval-mode" in argv and any("gemini" in a for a in argv[:2]):
+            return argv
+    return None
+
+
+# -- a turn, what the pane shows, the role; approvals -----------------------------------------
+
+
+@pytest.mark.slow
+async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+    env = gemini_env
+    env.script(
+        Rule("first question", ["The answer is forty-two."]),
+        Rule("please accept", [ShellCommand("touch accepted.txt && echo made-it"), "Created it."]),
+        Rule("please decline", [ShellCommand("touch declined.txt"), "Understood, not created."]),
+    )
+    seen: list[Message] = []
+    async with env.server(nursery) as srv:
+        t0 = time.monotonic()
+        tid, socket = await open_tui_thread(env, srv, developerInstructions=ROLE)
+        env.timings["thread/start (gemini in tmux, ready)"] = time.monotonic() - t0
+        t1, events = await turn(srv, tid, "first question")
+        assert status(t1) == "completed", t1.get("error")
+        assert agent_text(events) == "The answer is forty-two."
+        shown = screen(socket, tid)
+        assert "first question" in shown and "forty-two" in shown, shown
+        assert env.thread_record(tid)["role_bootstrap_applied"] is True
+
+        t, events = await turn(srv, tid, "please accept", answer("accept", seen))
+        assert status(t) == "completed", t
+        [request] = requests_in(events)
+        assert request["method"] == "item/commandExecution/requestApproval", request
+        [cmd] = items_completed(events, "commandExecution")
+        assert cmd["status"] == "completed", cmd
+        assert "made-it" in (cmd.get("aggregatedOutput") or ""), cmd
+        assert (env.work / "accepted.txt").exists()
+        assert agent_text(events).endswith("Created it.")
+
+        t, events = await turn(srv, tid, "please decline", answer("decline", seen))
+        assert status(t) == "completed", t
+        [cmd] = items_completed(events, "commandExecution")
+        assert cmd["status"] == "declined", cmd
+        assert not (env.work / "declined.txt").exists()
+        assert_items_balanced(events)
+    assert ROLE in str(env.fake.model_requests[0].body)
+
+
+# -- interrupt; a prompt typed in the tmux session ---------------------------------------------
+
+
+@pytest.mark.slow
+async def test_interrupt_and_typed_prompt(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+    env = gemini_env
+    env.script(
+        Rule("run the sleeper", [ShellCommand(SLEEPER), "Not reached."]),
+        Rule("typed by a person", ["Answered in the TUI."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, socket = await open_tui_thread(env, srv, approvalPolicy="never")
+        turn_id = await srv.start_turn(tid, "run the sleeper")
+        await env.wait_until(
+            lambda: (env.work / "sleeper-started.txt").exists(), "the sleeper", timeout=30
+        )
+        await srv.call("turn/interrupt", {"threadId": tid, "turnId": turn_id})
+        seen: list[Any] = []
+        done, _ = await srv.collect_turn(turn_id, on_request=no_requests, events=seen)
+        assert done["params"]["turn"]["status"] == "interrupted", done
+        assert_items_balanced(seen)
+        await env.wait_until(lambda: not env.sleepers(300), "the sleeper gone", timeout=5)
+
+        await trio.sleep(1.0)
+        tmux(socket, "send-keys", "-t", tid, "-l", "typed by a person")
+        await env.wait_until(lambda: "typed by a person" in screen(socket, tid), "typing")
+        await trio.sleep(0.3)
+        tmux(socket, "send-keys", "-t", tid, "Enter")
+        seen = []
+        await srv.wait_for(lambda e: e.get("method") == "turn/started", seen=seen)
+        done = await srv.wait_for(lambda e: e.get("method") == "turn/completed", seen=seen)
+        assert done["params"]["turn"]["status"] == "completed", done
+        assert agent_text(seen) == "Answered in the TUI."
+
+
+# -- resume after a restart; nothing left behind ---------------------------------------------
+
+
+@pytest.mark.slow
+async def test_resume_after_restart(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+    env = gemini_env
+    env.script(
+        Rule("remember the word", ["Noted: PAPAYA."]),
+        Rule("which word", ["It was PAPAYA."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, socket = await open_tui_thread(env, srv)
+        t1, _ = await turn(srv, tid, "remember the word PAPAYA")
+        assert status(t1) == "completed"
+    assert await env.wait_no_leftovers() == []
+    assert tmux_servers(socket) == []
+    sid = env.thread_record(tid)["backend_session_id"]
+    env.age_session(sid)  # (resumed in a later minute: gemini must not delete it)
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        await srv.call("thread/resume", {"threadId": tid, "cwd": str(env.work)})
+        t2, events = await turn(srv, tid, "which word was it?")
+        assert status(t2) == "completed" and agent_text(events) == "It was PAPAYA.", (
+            t2.get("error") or {}
+        ).get("additionalDetails")
+        argv = gemini_argv(env)
+        assert argv is not None and argv[argv.index("--resume") + 1] == sid, argv
+    assert "remember the word PAPAYA" in str(env.fake.model_requests[-1].body)
