@@ -99,7 +99,6 @@ def gemini_argv(env: GeminiEnv) -> list[str] | None:
 # -- a turn, what the pane shows, the role; approvals -----------------------------------------
 
 
-@pytest.mark.slow
 async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
     env = gemini_env
     env.script(
@@ -141,7 +140,6 @@ async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: G
 # -- interrupt; a prompt typed in the tmux session ---------------------------------------------
 
 
-@pytest.mark.slow
 async def test_interrupt_and_typed_prompt(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
     env = gemini_env
     env.script(
@@ -176,7 +174,6 @@ async def test_interrupt_and_typed_prompt(nursery: trio.Nursery, gemini_env: Gem
 # -- resume after a restart; nothing left behind ---------------------------------------------
 
 
-@pytest.mark.slow
 async def test_resume_after_restart(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
     env = gemini_env
     env.script(

@@ -207,7 +207,6 @@ async def test_command_approval_accept_and_decline(
 # -- interrupt --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 async def test_interrupt_kills_the_running_command(
     nursery: trio.Nursery, qwen_env: QwenEnv
 ) -> None:
@@ -240,7 +239,6 @@ async def test_interrupt_kills_the_running_command(
 # -- interrupts while the model answers and while an approval waits --------------------------
 
 
-@pytest.mark.slow
 async def test_interrupt_while_answering_and_while_approval_waits(
     nursery: trio.Nursery, qwen_env: QwenEnv
 ) -> None:
@@ -322,7 +320,6 @@ async def test_prompt_typed_in_the_tui_is_a_turn(nursery: trio.Nursery, qwen_env
 # -- resume after a restart; nothing left behind ---------------------------------------------
 
 
-@pytest.mark.slow
 async def test_resume_after_restart_and_nothing_left(
     nursery: trio.Nursery, qwen_env: QwenEnv
 ) -> None:
@@ -363,7 +360,6 @@ async def test_resume_after_restart_and_nothing_left(
 # -- a changed model restarts qwen, resuming its conversation; an API error fails the turn ---
 
 
-@pytest.mark.slow
 async def test_model_change_restarts_qwen_and_api_error_fails(
     nursery: trio.Nursery, qwen_env: QwenEnv
 ) -> None:

@@ -38,6 +38,7 @@ from ... import protocol as p
 from .. import base as b
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.tmux import TmuxPane, open_tmux_pane
+from ..kit.tui_turns import PaneTurns
 from .approve import approve, ask_user
 from .content import _references
 from .invocation import _NO_CONVERSATION, ClaudeSession, _env, _session_flag, effort_level
@@ -99,20 +100,18 @@ def prompt_text(turn: b.TurnInput) -> str:
     return "\n\n".join(t for t in (turn.bootstrap, turn.text, _references(turn)) if t)
 
 
-class ClaudeTuiSession(ClaudeSession):
+class ClaudeTuiSession(PaneTurns, ClaudeSession):
+    cli_name = "claude"
+
     def __init__(
         self, settings: b.SessionSettings, binary: str, unsaved: set[str] | None = None
     ) -> None:
         super().__init__(settings, binary, unsaved)
         self.token = new_token()
-        self.pane: TmuxPane | None = None
+        self.init_pane_turns()
         self._send, self._events = trio.open_memory_channel[_Event](10_000)
         self._replies: set[HookReply] = set()
         self._tail = TranscriptTail()
-        #: The `UserPromptSubmit` of a prompt a person typed (see `wait_outside_turn`).
-        self._outside: dict[str, Any] | None = None
-        self._in_turn = False
-        self._interrupted_at: float | None = None
         #: The running turn's mapper, and its tool calls waiting for a decision.
         self._mapper: TranscriptMapper | None = None
         self._asking: set[str] = set()
@@ -221,28 +220,13 @@ class ClaudeTuiSession(ClaudeSession):
                     self._mapper.mapper.decisions.setdefault(tool_id, "cancel")
             await pane.keys("Escape")
 
-    def stop_commands(self, since: float) -> None:
-        """Kill the commands claude started since `since` (its Bash tool runs each in a
-        process group of its own)."""
-        if self.pane is not None and self._in_turn:
-            self.pane.proc.kill_escaped(since)
-
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        pane = self.pane
-        if pane is None or not pane.alive:
-            self.healthy = False
-            raise b.SessionLost("claude is not running")
+        pane = self.live_pane()
         self._in_turn, self._interrupted_at = True, None
         try:
-            if turn.outside:
-                prompt, self._outside = self._outside or {}, None
-            else:
-                submitted = await self._submit(pane, prompt_text(turn))
-                if submitted is None:
-                    return b.TurnOutcome("interrupted")  # (before claude took the prompt)
-                prompt = submitted
-                if turn.bootstrap:
-                    await ctx.mark_role_bootstrap_applied()
+            prompt = await self.take_prompt(pane, turn, ctx, prompt_text(turn))
+            if prompt is None:
+                return b.TurnOutcome("interrupted")  # (before claude took the prompt)
             await self._note_session(prompt, ctx)
             prompt_id = prompt.get("prompt_id")
             mapper = TranscriptMapper(self.mapper(), str(prompt_id) if prompt_id else None)

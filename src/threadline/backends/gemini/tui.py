@@ -39,6 +39,7 @@ from .. import base as b
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.per_turn import prompt_with_bootstrap
 from ..kit.tmux import TmuxPane, open_tmux_pane
+from ..kit.tui_turns import PaneTurns
 from .sessions import prune_empty
 from .tui_setup import gemini_tui_argv, gemini_tui_env, hook_directory, write_hooks
 
@@ -184,18 +185,17 @@ def _text(content: Any) -> str:
     return "".join(str(c.get("text") or "") for c in parts if isinstance(c, dict))
 
 
-class GeminiTuiSession(b.BackendSession):
+class GeminiTuiSession(PaneTurns, b.BackendSession):
+    cli_name = "gemini"
+
     def __init__(self, settings: b.SessionSettings) -> None:
         self.settings = settings
         self.token = new_token()
-        self.pane: TmuxPane | None = None
+        self.init_pane_turns()
         self._send, self._events = trio.open_memory_channel[_Hook](10_000)
         self._ready = trio.Event()
         self._ready_at = 0.0
         self._gates: set[_Gate] = set()
-        self._outside: dict[str, Any] | None = None
-        self._in_turn = False
-        self._interrupted_at: float | None = None
         self.closed = False
 
     async def hook(self, name: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -268,23 +268,11 @@ class GeminiTuiSession(b.BackendSession):
                 gate.done.set()  # (denied: the call never runs)
             await pane.keys("Escape")
 
-    def stop_commands(self, since: float) -> None:
-        if self.pane is not None and self._in_turn:
-            self.pane.proc.kill_escaped(since)
-
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        pane = self.pane
-        if pane is None or not pane.alive:
-            self.healthy = False
-            raise b.SessionLost("gemini is not running")
+        pane = self.live_pane()
         self._in_turn, self._interrupted_at = True, None
         try:
-            if turn.outside:
-                prompt, self._outside = self._outside or {}, None
-            else:
-                prompt = await self._submit(pane, prompt_with_bootstrap(turn))
-                if turn.bootstrap:
-                    await ctx.mark_role_bootstrap_applied()
+            prompt = await self.take_prompt(pane, turn, ctx, prompt_with_bootstrap(turn)) or {}
             sid = prompt.get("session_id")
             if isinstance(sid, str) and sid and sid != self.settings.backend_session_id:
                 await ctx.set_backend_session_id(sid)

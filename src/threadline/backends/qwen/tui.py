@@ -43,6 +43,7 @@ from ..claude.tui_hooks import Entry, Hook
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.per_turn import prompt_with_bootstrap
 from ..kit.tmux import TmuxPane, open_tmux_pane
+from ..kit.tui_turns import PaneTurns
 from ..kit.usage import UsageTotals
 from .invocation import prompt_failure
 from .tui_mapping import QwenTuiMapper, claude_name
@@ -76,12 +77,14 @@ def _is_prompt_line(data: dict[str, Any]) -> bool:
     )
 
 
-class QwenTuiSession(b.BackendSession):
+class QwenTuiSession(PaneTurns, b.BackendSession):
+    cli_name = "qwen"
+
     def __init__(self, settings: b.SessionSettings, channel: SideChannel) -> None:
         self.settings = settings
         self.channel = channel
         self.token = new_token()
-        self.pane: TmuxPane | None = None
+        self.init_pane_turns()
         self._send, self._events = trio.open_memory_channel[_Event](10_000)
         self._tail = TranscriptTail()
         self._tail.follow(channel.events)
@@ -89,10 +92,6 @@ class QwenTuiSession(b.BackendSession):
         self._usage = UsageTotals()
         #: Dual-output lines that came while no turn ran (the next turn's may be among them).
         self._idle: list[Entry] = []
-        #: The `UserPromptSubmit` of a prompt a person typed (see `wait_outside_turn`).
-        self._outside: dict[str, Any] | None = None
-        self._in_turn = False
-        self._interrupted_at: float | None = None
         self._mapper: QwenTuiMapper | None = None
         #: Approvals being decided: request id → (tool call id, the decision's scope).
         self._asking: dict[str, tuple[str, trio.CancelScope]] = {}
@@ -174,27 +173,13 @@ class QwenTuiSession(b.BackendSession):
                     self._mapper.decisions.setdefault(tool_id, "cancel")
             await pane.keys("Escape")
 
-    def stop_commands(self, since: float) -> None:
-        """Kill the commands qwen started since `since` (its shell runs each in a process
-        group of its own)."""
-        if self.pane is not None and self._in_turn:
-            self.pane.proc.kill_escaped(since)
-
     # -- turns -----------------------------------------------------------------------------------
 
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
-        pane = self.pane
-        if pane is None or not pane.alive:
-            self.healthy = False
-            raise b.SessionLost("qwen is not running")
+        pane = self.live_pane()
         self._in_turn, self._interrupted_at = True, None
         try:
-            if turn.outside:
-                prompt, self._outside = self._outside or {}, None
-            else:
-                prompt = await self._submit(pane, prompt_with_bootstrap(turn))
-                if turn.bootstrap:
-                    await ctx.mark_role_bootstrap_applied()
+            prompt = await self.take_prompt(pane, turn, ctx, prompt_with_bootstrap(turn)) or {}
             await self._note_session(prompt, ctx)
             if self.settings.mcp_servers and not self._warned:
                 self._warned = True

@@ -1,0 +1,61 @@
+"""What the tui sessions whose prompts threadline types into the CLI (claude, qwen, gemini)
+share: the pane, whether a turn runs, the prompt a person typed, and how a turn takes its
+prompt."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+from .. import base as b
+from .tmux import TmuxPane
+
+__all__ = ["PaneTurns"]
+
+
+class PaneTurns(abc.ABC):
+    """Mixed in before `BackendSession` (its `stop_commands` is this one's)."""
+
+    #: The CLI's name in messages ("claude is not running").
+    cli_name: ClassVar[str]
+    healthy: bool
+
+    def init_pane_turns(self) -> None:
+        self.pane: TmuxPane | None = None
+        #: The prompt hook of a prompt a person typed (see `wait_outside_turn`).
+        self._outside: dict[str, Any] | None = None
+        self._in_turn = False
+        self._interrupted_at: float | None = None
+
+    def stop_commands(self, since: float) -> None:
+        """Kill the commands the CLI started since `since` (its shell runs each in a process
+        group of its own)."""
+        if self.pane is not None and self._in_turn:
+            self.pane.proc.kill_escaped(since)
+
+    def live_pane(self) -> TmuxPane:
+        """The pane, its CLI running; SessionLost (the session unhealthy) when it is not."""
+        pane = self.pane
+        if pane is None or not pane.alive:
+            self.healthy = False
+            raise b.SessionLost(f"{self.cli_name} is not running")
+        return pane
+
+    @abc.abstractmethod
+    async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any] | None:
+        """Type `text` into the CLI; its prompt hook's payload, or None when the turn was
+        interrupted before the CLI took it."""
+
+    async def take_prompt(
+        self, pane: TmuxPane, turn: b.TurnInput, ctx: b.TurnContext, text: str
+    ) -> dict[str, Any] | None:
+        """The turn's prompt hook payload: the one a person typed (an outside turn), or the
+        one `text` gets once typed (the role bootstrap then counts as delivered); None when
+        interrupted before the CLI took it."""
+        if turn.outside:
+            prompt, self._outside = self._outside or {}, None
+            return prompt
+        submitted = await self._submit(pane, text)
+        if submitted is not None and turn.bootstrap:
+            await ctx.mark_role_bootstrap_applied()
+        return submitted
