@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -45,16 +44,7 @@ from tests.support.events import (
 )
 from tests.support.mcp import logged_calls, servers
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-def _tmux() -> None:
-    """tmux is needed (scripts/install-clis installs it): skip without it, fail under CI."""
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
-        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tmux")]
 
 
 ROLE = "You are the REVIEWER-7 role: answer in one line."

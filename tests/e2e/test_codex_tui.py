@@ -11,7 +11,6 @@ carry the test's marker variable).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -41,22 +40,13 @@ from tests.support.events import (
     turn,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tmux")]
 
 ROLE = "DEV-MARKER-7: you are the reviewer; answer in one line."
 SLEEP_S = 300
 ESCALATE_WHY = "Needs to write outside the read-only sandbox"
 ASK = {"approvalPolicy": "on-request", "sandbox": "read-only"}
 TUI = {"mode": "tui"}
-
-
-@pytest.fixture(autouse=True)
-def _tmux() -> None:
-    """tmux is needed (scripts/install-clis installs it): skip without it, fail under CI."""
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
-        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
 
 
 def escalated(cmd: str) -> ExecCommand:

@@ -10,7 +10,6 @@ the test's marker variable).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -32,16 +31,7 @@ from tests.support.events import (
     turn,
 )
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-def _tmux() -> None:
-    """tmux is needed (scripts/install-clis installs it): skip without it, fail under CI."""
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is not installed; CI must run the tui tests", pytrace=False)
-        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tmux")]
 
 
 ROLE = "ROLE-MARKER-7: you are the reviewer; answer in one line."
