@@ -7,43 +7,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+from trio_websocket import wrap_client_stream
 
 from ..remote.address import parse_listen
+from ..rpc.ws_lines import WsLineStream
 from ._client import ApprovalHandler, Client, connected
 
 __all__ = ["connect_url"]
 
 _MAX_MESSAGE = 64 * 1024 * 1024
-
-
-class _FrameStream(trio.abc.Stream):
-    """A WebSocket as a newline-delimited byte stream: each line written is one text frame,
-    each frame received reads as one line."""
-
-    def __init__(self, ws: WebSocketConnection) -> None:
-        self._ws = ws
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        try:
-            for line in bytes(data).split(b"\n"):
-                if line:
-                    await self._ws.send_message(line.decode())
-        except ConnectionClosed as exc:
-            raise trio.BrokenResourceError(str(exc)) from None
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        try:
-            message = await self._ws.get_message()
-        except ConnectionClosed:
-            return b""
-        return (message.encode() if isinstance(message, str) else message) + b"\n"
-
-    async def aclose(self) -> None:
-        await self._ws.aclose()
 
 
 @asynccontextmanager
@@ -69,7 +41,7 @@ async def connect_url(
         ws = await wrap_client_stream(
             nursery, stream, "localhost", "/", extra_headers=headers, max_message_size=_MAX_MESSAGE
         )
-        frames = _FrameStream(ws)
+        frames = WsLineStream(ws)
         client = Client(frames, frames, approval_handler=approval_handler)
         async with connected(client, initialize=initialize, client_name=client_name) as c:
             yield c

@@ -169,16 +169,6 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
             raise b.SessionLost(f"claude has no saved conversation {sid}; starting it afresh")
         raise failure
 
-    async def _failure(self, pane: TmuxPane, what: str) -> b.BackendError:
-        self.healthy = False
-        try:
-            screen = (await pane.capture(history=not pane.alive)).strip()
-        except b.BackendError:
-            screen = ""
-        tail = "\n".join(line for line in screen.splitlines() if line.strip())[-2000:]
-        message = f"claude {what}" + (f"; its screen: {tail}" if tail else "")
-        return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
-
     def close(self) -> None:
         """Every permission still waiting is denied (fail closed)."""
         self.closed = True

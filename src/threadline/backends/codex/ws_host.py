@@ -14,11 +14,12 @@ import re
 from collections.abc import Sequence
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+from trio_websocket import wrap_client_stream
 
 from ...procs.early import Eligible
 from ...rpc.endpoint import Endpoint
 from ...rpc.transport import StreamTransport
+from ...rpc.ws_lines import WsLineStream
 from .. import base as b
 from ..kit.spawn import open_session_process
 from .host import EXIT_GRACE, CodexHost
@@ -32,34 +33,6 @@ _LISTENING = re.compile(r"listening on: (ws://127\.0\.0\.1:(\d+))")
 #: How long the app-server may take to listen.
 _LISTEN_TIMEOUT = 30.0
 _MAX_MESSAGE = 64 * 1024 * 1024
-
-
-class _Frames(trio.abc.Stream):
-    """A WebSocket as lines: each line written is one text frame, each frame read one line."""
-
-    def __init__(self, ws: WebSocketConnection) -> None:
-        self._ws = ws
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        try:
-            for line in bytes(data).split(b"\n"):
-                if line:
-                    await self._ws.send_message(line.decode())
-        except ConnectionClosed as exc:
-            raise trio.BrokenResourceError(str(exc)) from None
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        try:
-            message = await self._ws.get_message()
-        except ConnectionClosed:
-            return b""
-        return (message.encode() if isinstance(message, str) else message) + b"\n"
-
-    async def aclose(self) -> None:
-        await self._ws.aclose()
 
 
 class CodexWsHost(CodexHost):
@@ -92,7 +65,7 @@ class CodexWsHost(CodexHost):
                     ws = await wrap_client_stream(
                         nursery, stream, "127.0.0.1", "/", max_message_size=_MAX_MESSAGE
                     )
-                    frames = _Frames(ws)
+                    frames = WsLineStream(ws)
                     self._endpoint = Endpoint(
                         StreamTransport(frames, frames),
                         name="codex app-server",

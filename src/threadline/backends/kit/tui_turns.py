@@ -41,6 +41,18 @@ class PaneTurns(abc.ABC):
             raise b.SessionLost(f"{self.cli_name} is not running")
         return pane
 
+    async def _failure(self, pane: TmuxPane, what: str) -> b.BackendError:
+        """The error that ends the session: `what` happened, with the CLI's last screen (its
+        scrollback too once it has exited); the session is unhealthy."""
+        self.healthy = False
+        try:
+            screen = (await pane.capture(history=not pane.alive)).strip()
+        except b.BackendError:
+            screen = ""
+        tail = "\n".join(line for line in screen.splitlines() if line.strip())[-2000:]
+        message = f"{self.cli_name} {what}" + (f"; its screen: {tail}" if tail else "")
+        return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
     @abc.abstractmethod
     async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any] | None:
         """Type `text` into the CLI; its prompt hook's payload, or None when the turn was

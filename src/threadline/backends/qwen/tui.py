@@ -124,16 +124,6 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
                     return
         raise await self._failure(pane, "did not come up (no SessionStart hook reached threadline)")
 
-    async def _failure(self, pane: TmuxPane, what: str) -> b.BackendError:
-        self.healthy = False
-        try:
-            screen = (await pane.capture()).strip()
-        except b.BackendError:
-            screen = ""
-        tail = "\n".join(line for line in screen.splitlines() if line.strip())[-2000:]
-        message = f"qwen {what}" + (f"; its screen: {tail}" if tail else "")
-        return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
-
     # -- outside turns ---------------------------------------------------------------------------
 
     def _keep(self, entry: Entry) -> None:
