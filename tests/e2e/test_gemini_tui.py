@@ -93,11 +93,15 @@ async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: G
     env = gemini_env
     env.script(
         Rule("first question", ["The answer is forty-two."]),
-        Rule("please accept", [ShellCommand("touch accepted.txt && echo made-it"), "Created it."]),
+        Rule(
+            "please accept",
+            [ShellCommand("touch accepted.txt && echo made-it ci=$CI"), "Created it."],
+        ),
         Rule("please decline", [ShellCommand("touch declined.txt"), "Understood, not created."]),
     )
     seen: list[Message] = []
-    async with env.server(nursery) as srv:
+    # (gemini takes CI=true as headless: the tui mode still runs it interactive, CI still set)
+    async with env.server(nursery, CI="true", GITHUB_ACTIONS="true") as srv:
         t0 = time.monotonic()
         tid, socket = await open_tui_thread(env, srv, developerInstructions=ROLE)
         env.timings["thread/start (gemini in tmux, ready)"] = time.monotonic() - t0
@@ -114,7 +118,7 @@ async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: G
         assert request["method"] == "item/commandExecution/requestApproval", request
         [cmd] = items_completed(events, "commandExecution")
         assert cmd["status"] == "completed", cmd
-        assert "made-it" in (cmd.get("aggregatedOutput") or ""), cmd
+        assert "made-it ci=1" in (cmd.get("aggregatedOutput") or ""), cmd
         assert (env.work / "accepted.txt").exists()
         assert agent_text(events).endswith("Created it.")
 

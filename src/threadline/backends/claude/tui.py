@@ -236,7 +236,7 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
     async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any] | None:
         """Paste `text` and press Enter; the `UserPromptSubmit` it caused (None: the turn
         was interrupted before claude took it)."""
-        await pane.paste(text)
+        await self.paste_prompt(pane, text)
         await pane.keys("Enter")
         start = trio.current_time()
         presses = 1

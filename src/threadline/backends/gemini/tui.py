@@ -277,7 +277,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
 
     async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any]:
         await trio.sleep_until(self._ready_at + _SETTLE)
-        await pane.paste(text)
+        await self.paste_prompt(pane, text)
         await trio.sleep(_ENTER_DELAY)
         await pane.keys("Enter")
         pressed_again = False

@@ -22,6 +22,9 @@ the user's settings plus
 - `general.sessionRetention.enabled: false`: else a session resumed in a later minute than
   it began is deleted by gemini's next start (a header-only duplicate file makes its cleanup
   take the session as unresumable).
+A tui pane is interactive, but gemini takes `CI=true` or `GITHUB_ACTIONS=true` as "headless"
+and exits once its empty stdin is read: such a variable is passed as "1" (still set for the
+commands gemini runs, which test for presence).
 Sessions are written through the link to the real `~/.gemini/tmp`, so the other modes (and
 a person's gemini) see them. A file gemini creates at the top of `~/.gemini/` while it runs
 (the project map on a first run) stays in the session's directory and goes with it.
@@ -152,8 +155,15 @@ def gemini_tui_argv(binary: str, settings: b.SessionSettings) -> list[str]:
     return [*argv, "--session-id", str(uuid.uuid4())]
 
 
+#: gemini 0.61.0 runs headless (reads stdin once, then exits) when one of these is "true".
+_HEADLESS_MARKERS = ("CI", "GITHUB_ACTIONS")
+
+
 def gemini_tui_env(settings: b.SessionSettings, directory: str) -> dict[str, str]:
     env = _env(settings)
     env.setdefault("GEMINI_CLI_TRUST_WORKSPACE", "true")
+    for name in _HEADLESS_MARKERS:
+        if env.get(name) == "true":
+            env[name] = "1"  # (still set for the commands gemini runs; not gemini's "true")
     env[_HOME_VARIABLE] = os.path.join(directory, "home")
     return env

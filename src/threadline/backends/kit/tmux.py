@@ -152,11 +152,31 @@ class TmuxPane:
     async def tmux(self, *args: str, stdin: bytes = b"") -> str:
         return await _tmux(self.socket, *args, stdin=stdin)
 
-    async def paste(self, text: str) -> None:
-        """`text` as one bracketed paste (tmux buffer named after the session)."""
+    async def paste(self, text: str) -> bool:
+        """`text` as one bracketed paste (tmux buffer named after the session); False when
+        the pane's program has exited (nothing pasted)."""
         buffer = f"tl-{self.session}"
         await self.tmux("load-buffer", "-b", buffer, "-", stdin=text.encode())
-        await self.tmux("paste-buffer", "-p", "-d", "-b", buffer, "-t", self.session)
+        # (tmux 3.3a's server dies of a paste into a dead pane, taking every session with
+        # it: the check runs inside the server, with the paste)
+        await self.tmux(
+            *("if-shell", "-F", "-t", self.session, "#{pane_dead}"),
+            f"delete-buffer -b {buffer}",
+            f"paste-buffer -p -d -b {buffer} -t {self.session}",
+        )
+        return await self.flag("pane_dead") != "1"
+
+    async def ended(self) -> str:
+        """ "exit status N" / "signal N" once the pane's program has ended, else "" (also when
+        tmux has not reaped it: tmux 3.3a now and then leaves a quick program a zombie)."""
+        ended = ""
+        for _ in range(20):  # (tmux learns the status a moment after the pane has gone dead)
+            ended = await self.flag("?pane_dead,#{pane_dead_status}/#{pane_dead_signal},")
+            if ended.strip("/") or self.alive:
+                break
+            await trio.sleep(0.05)
+        status, _, signal = ended.partition("/")
+        return f"exit status {status}" if status else f"signal {signal}" if signal else ""
 
     async def keys(self, *keys: str) -> None:
         """tmux key names (`Enter`, `Escape`, ...)."""

@@ -47,11 +47,18 @@ class PaneTurns(abc.ABC):
         self.healthy = False
         try:
             screen = (await pane.capture(history=not pane.alive)).strip()
+            if ended := await pane.ended():
+                what += f" ({ended})"
         except b.BackendError:
             screen = ""
         tail = "\n".join(line for line in screen.splitlines() if line.strip())[-2000:]
         message = f"{self.cli_name} {what}" + (f"; its screen: {tail}" if tail else "")
         return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
+    async def paste_prompt(self, pane: TmuxPane, text: str) -> None:
+        """Paste `text` into the CLI's input; the session's error when the CLI has exited."""
+        if not await pane.paste(text):
+            raise await self._failure(pane, "exited before taking the prompt")
 
     @abc.abstractmethod
     async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any] | None:
