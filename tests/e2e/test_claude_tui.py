@@ -476,6 +476,29 @@ async def test_api_error_fails_the_turn(nursery: trio.Nursery, claude_env: Claud
         assert agent_text(events) == "Fine again."
 
 
+async def test_refused_key_stops_claudes_retries(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    """claude retries a 401 for minutes (its debug log says so per attempt): the turn fails at
+    the second refusal, with what to do, and the next turn runs."""
+    env = claude_env
+    env.script(
+        Rule("afterwards", ["Fine again."]),
+        Rule("refused please", [HttpError(401, "invalid x-api-key")]),
+    )
+    async with env.server(nursery, CLAUDE_CODE_MAX_RETRIES="10") as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        t, events = await turn(srv, tid, "refused please")
+        assert status(t) == "failed", t
+        assert t["error"]["codexErrorInfo"] == "unauthorized", t["error"]
+        assert "refused the credentials (HTTP 401" in t["error"]["message"], t["error"]
+        retries = [e for e in events if e.get("method") == "error" and e["params"]["willRetry"]]
+        assert retries, events
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed", t.get("error")
+        assert agent_text(events) == "Fine again."
+
+
 # -- stdin EOF or SIGTERM while a command runs ------------------------------------------------
 
 

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from tests.e2e.gemini_env import GeminiEnv
-from tests.fakes.gemini import Rule, ShellCommand
+from tests.fakes.gemini import HttpError, Rule, ShellCommand
 from tests.support.cli_env import cmdline
 from tests.support.client import Message, ServerProcess, assert_items_balanced
 from tests.support.events import (
@@ -163,6 +163,26 @@ async def test_interrupt_and_typed_prompt(nursery: trio.Nursery, gemini_env: Gem
         done = await srv.wait_for(lambda e: e.get("method") == "turn/completed", seen=seen)
         assert done["params"]["turn"]["status"] == "completed", done
         assert agent_text(seen) == "Answered in the TUI."
+
+
+async def test_api_error_fails_the_turn(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
+    """gemini ends a turn whose API call failed as any other (its `AfterAgent`); the error it
+    recorded in its chat record fails the turn, with what to do, and the next turn runs."""
+    env = gemini_env
+    env.script(
+        Rule("refused please", [HttpError(401, "invalid key (injected)")]),
+        Rule("afterwards", ["Fine again."]),
+    )
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv)
+        t, events = await turn(srv, tid, "refused please")
+        assert status(t) == "failed", t
+        assert t["error"]["codexErrorInfo"] == "unauthorized", t["error"]
+        assert "refused the credentials (HTTP 401" in t["error"]["message"], t["error"]
+        assert agent_text(events) == ""
+        t, events = await turn(srv, tid, "afterwards")
+        assert status(t) == "completed", t.get("error")
+        assert agent_text(events) == "Fine again."
 
 
 # -- resume after a restart; nothing left behind ---------------------------------------------

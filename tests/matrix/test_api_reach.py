@@ -38,11 +38,6 @@ CLOSED, DNS, NO_KEY, NO_LOGIN, REFUSED = (
 )
 CLIS = tuple(name for name in ALL_NAMES if SPECS[name.partition("-")[0]].cli)
 #: The app-server asks Codex whether it is logged in (`account/read`); exec cannot.
-#: The tui modes that type into the CLI's own interface are not held to the bound yet: with
-#: the API unusable, claude's TUI waits on its own screen, qwen's retries for ~100 s before
-#: saying why, gemini's ends a 401 turn `completed` (a known gap, see docs/tui.md). Codex's
-#: tui mode (turns over its app-server) is held to it.
-UNUSABLE_CLIS = tuple(n for n in CLIS if n not in ("claude-tui", "qwen-tui", "gemini-tui"))
 CELLS = {
     name: [CLOSED, DNS, NO_KEY, REFUSED] + ([NO_LOGIN] if name == "codex" else []) for name in CLIS
 }
@@ -111,7 +106,7 @@ def check(h: Harness, cell: str, url: str | None, result: TurnResult, took: floa
     return f"failed in {took:.1f} s: {message}"
 
 
-@pytest.mark.parametrize("backend_name", UNUSABLE_CLIS)
+@pytest.mark.parametrize("backend_name", CLIS)
 async def test_api_unusable(nursery: trio.Nursery, backend: Harness) -> None:
     h = backend
     cells = Cells(h, "B")

@@ -17,7 +17,9 @@ Where each part of a turn comes from (claude 2.1.332):
   6 measured turns threadline had not read that line yet), `StopFailure` once it holds the
   API error; an interrupt (Escape, claude's own key, sent once per turn) ends the turn at its
   "[Request interrupted by user]" line, or `_INTERRUPT_GRACE` s after the key at most; no
-  hook fires for an interrupt.
+  hook fires for an interrupt. A refused or unreachable API: claude's debug log
+  (tui_debug.py) has each failed attempt it retries; the turn gives up as stream mode does and
+  Escape stops the retries.
 Coarser than stream mode: each message and reasoning block arrives whole (one delta), tool
 output only with the result, token usage once at the end, no images, no steering, no live
 model change (a changed setting restarts claude with `--resume`).
@@ -28,6 +30,10 @@ The interface is ready for input once claude switched the pane to the alternate 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -45,6 +51,7 @@ from .invocation import _NO_CONVERSATION, ClaudeSession, _env, _session_flag, ef
 from .mapping import error_info_for_status
 from .mcp import mcp_config, server_rules
 from .transcript import TranscriptMapper, TranscriptTail
+from .tui_debug import ApiAttempt, DebugTail
 from .tui_hooks import TOKEN_VARIABLE, Entry, Hook, HookReply, hook_settings
 from .tui_setup import prepare_config
 
@@ -63,11 +70,13 @@ _ENTER_PRESSES = 3
 #: After `Stop`, how long the transcript may take to show the turn's last message.
 _STOP_GRACE = 5.0
 _INTERRUPT_GRACE = 3.0
+#: How much earlier than the turn's start a failed API attempt may be logged and still count.
+_CLOCK_SLACK = 1.0
 _POLL = 0.05
 #: How often a session waiting for a person's prompt checks that claude still runs.
 _ALIVE_CHECK = 1.0
 
-_Event = Hook | Entry
+_Event = Hook | Entry | ApiAttempt
 #: Tools whose calls are not items of their own (a plan update; a question for the person).
 _NO_ITEM = ("TodoWrite", "AskUserQuestion")
 
@@ -112,6 +121,10 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
         self._send, self._events = trio.open_memory_channel[_Event](10_000)
         self._replies: set[HookReply] = set()
         self._tail = TranscriptTail()
+        #: claude's debug log (its failed API attempts), in a private directory of the session.
+        self._debug: DebugTail | None = None
+        #: When the running turn began (epoch seconds: the debug log's clock).
+        self._turn_began = 0.0
         #: The running turn's mapper, and its tool calls waiting for a decision.
         self._mapper: TranscriptMapper | None = None
         self._asking: set[str] = set()
@@ -119,10 +132,19 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
 
     # -- process ---------------------------------------------------------------------------------
 
-    def argv(self, port: int) -> list[str]:
+    def argv(self, port: int, directory: str) -> list[str]:
         flags, _ = _session_flag(self.settings, self.unsaved)
         url = f"http://127.0.0.1:{port}/hook"
-        return [self.binary, *_flags(self.settings), "--settings", hook_settings(url), *flags]
+        self._debug = DebugTail(os.path.join(directory, "debug.log"))
+        debug = ["--debug-file", self._debug.path]
+        return [
+            self.binary,
+            *_flags(self.settings),
+            "--settings",
+            hook_settings(url),
+            *debug,
+            *flags,
+        ]
 
     def env(self) -> dict[str, str]:
         return {**_env(self.settings), TOKEN_VARIABLE: self.token}
@@ -148,9 +170,12 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
         return reply.answer()
 
     async def follow_transcript(self) -> None:
+        """The transcript's new lines and the debug log's failed API attempts, as events."""
         while True:
             for entry in self._tail.read():
                 await self._send.send(Entry(entry))
+            for attempt in self._debug.read() if self._debug is not None else ():
+                await self._send.send(attempt)
             await trio.sleep(_POLL)
 
     async def wait_ready(self, pane: TmuxPane) -> None:
@@ -213,6 +238,7 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
     async def run_turn(self, turn: b.TurnInput, ctx: b.TurnContext) -> b.TurnOutcome | None:
         pane = self.live_pane()
         self._in_turn, self._interrupted_at = True, None
+        self._turn_began = time.time() - _CLOCK_SLACK
         try:
             prompt = await self.take_prompt(pane, turn, ctx, prompt_text(turn))
             if prompt is None:
@@ -281,7 +307,13 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
                     await ctx.emit(ev)
                 if mapper.interrupted:
                     return b.TurnOutcome("interrupted")
-            elif isinstance(event, Hook) and event.name in ("Stop", "StopFailure"):
+            elif isinstance(event, ApiAttempt) and event.at >= self._turn_began:
+                for ev in mapper.mapper.feed(event.message):
+                    await ctx.emit(ev)
+            if (give_up := mapper.mapper.give_up) is not None:
+                await self._stop_retrying(pane)
+                return b.TurnOutcome("failed", give_up)
+            if isinstance(event, Hook) and event.name in ("Stop", "StopFailure"):
                 end, ended_at = event, trio.current_time()
             elif isinstance(event, Hook):
                 await self._tool_hook(event, mapper, ctx, nursery, pre_tools)
@@ -294,6 +326,13 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
                 return b.TurnOutcome("interrupted")
             if not pane.alive:
                 raise await self._failure(pane, "exited in the middle of a turn")
+
+    async def _stop_retrying(self, pane: TmuxPane) -> None:
+        """Escape ends claude's retries of an API it cannot use (its retry loop takes the
+        interrupt at once); the interrupt line it writes belongs to this turn."""
+        if self._interrupted_at is None and pane.alive:
+            self._interrupted_at = trio.current_time()
+            await pane.keys("Escape")
 
     async def _tool_hook(
         self,
@@ -385,12 +424,12 @@ async def open_claude_tui(
     except OSError as exc:
         raise b.BackendError(f"cannot prepare claude's config: {exc}") from None
     failure: BaseException | None = None
+    directory = tempfile.mkdtemp(prefix="threadline-claude-")
     async with trio.open_nursery() as nursery:
         try:
             port = await nursery.start(serve_hooks, session.hook, session.token)
-            async with open_tmux_pane(
-                settings.thread_id, session.argv(port), cwd=settings.cwd, env=env
-            ) as pane:
+            argv = session.argv(port, directory)
+            async with open_tmux_pane(settings.thread_id, argv, cwd=settings.cwd, env=env) as pane:
                 session.pane, session.tui = pane, pane.attach
                 nursery.start_soon(session.follow_transcript)
                 await session.wait_ready(pane)
@@ -400,5 +439,6 @@ async def open_claude_tui(
         finally:
             session.close()
             nursery.cancel_scope.cancel()
+            shutil.rmtree(directory, ignore_errors=True)
     if failure is not None:
         raise failure

@@ -214,6 +214,11 @@ def _no_result(code: int, detail: str) -> b.BackendError:
     )
 
 
+def api_result_error(msg: str, settings: b.SessionSettings) -> p.TurnError:
+    """The error of an API failure gemini showed (`[API Error: {json body}]`, or its words)."""
+    return _result_error(msg, 0, settings)
+
+
 def _result_error(msg: str, code: int, settings: b.SessionSettings) -> p.TurnError:
     """The error of a headless `result` with status error (`code`: gemini's exit status)."""
     meaning = _EXIT_MEANING.get(code)

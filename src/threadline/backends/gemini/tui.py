@@ -17,9 +17,13 @@ Where each part of a turn comes from (gemini 0.61.0):
   each of the turn's model messages with text is one `agentMessage`, whole (no deltas).
 - the end: `AfterAgent`. An interrupt (Escape, which also kills the running command) ends the
   turn `_INTERRUPT_GRACE` s after the key (gemini reports no hook for a cancelled turn).
+- API failures: an error gemini showed is an `error` message of its chat record (the turn
+  fails with it); an API gemini cannot reach it retries for minutes in silence, so threadline
+  probes the API's host and port meanwhile (kit/api_probe.py) and Escape stops the retries.
 Coarser than the ACP mode: no streaming, no reasoning, no images, no token usage; a changed
 model restarts gemini with `--resume`. Nothing is read off the screen but an error's last
-screen.
+screen and gemini's dialogs asking for credentials (checked before a paste, which the API key
+dialog would take for the key).
 """
 
 from __future__ import annotations
@@ -36,11 +40,16 @@ import trio
 
 from ... import protocol as p
 from .. import base as b
+from ..kit.api_errors import ConnectionWatch, no_credentials, unreachable
+from ..kit.api_probe import probe_target, watch_api
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.per_turn import prompt_with_bootstrap
 from ..kit.tmux import TmuxPane, open_tmux_pane
 from ..kit.tui_turns import PaneTurns
+from .headless import api_result_error
+from .invocation import _CHECK, PROBE_BUDGET, api_url
 from .sessions import prune_empty
+from .spec import SPEC
 from .tui_setup import gemini_tui_argv, gemini_tui_env, hook_directory, write_hooks
 
 __all__ = ["GeminiTuiSession", "open_gemini_tui"]
@@ -61,6 +70,8 @@ _SHELL = "run_shell_command"
 _EDITS = ("write_file", "replace")
 _EXIT = re.compile(r"^Exit Code: (-?\d+)\s*$", re.M)
 _DENY = {"decision": "deny", "reason": "The user declined this tool call."}
+#: The words of gemini's dialogs asking for credentials (it then has none it can use).
+_LOGIN_DIALOGS = ("Enter Gemini API Key", "How would you like to authenticate")
 
 
 @dataclass(eq=False)
@@ -143,9 +154,10 @@ def _declined(item: p.ThreadItem) -> p.ThreadItem:
     return item
 
 
-def turn_messages(path: str, prompt: str) -> list[tuple[str, str]]:
-    """(id, text) of the model's messages after the last user message `prompt` in gemini's
-    chat record (each line a message, upserted by id, or a `$set` of all of them)."""
+def turn_messages(path: str, prompt: str, kind: str = "gemini") -> list[tuple[str, str]]:
+    """(id, text) of the `kind` messages (the model's; `error`: the API errors gemini showed)
+    after the last user message `prompt` in gemini's chat record (each line a message,
+    upserted by id, or a `$set` of all of them)."""
     messages: dict[str, dict[str, Any]] = {}
     try:
         with open(path, encoding="utf-8") as f:
@@ -172,7 +184,7 @@ def turn_messages(path: str, prompt: str) -> list[tuple[str, str]]:
     out = []
     for message in ordered[start:]:  # (read at the turn's end: no later turn is there)
         content = message.get("content")
-        if message.get("type") == "gemini" and isinstance(content, str) and content.strip():
+        if message.get("type") == kind and isinstance(content, str) and content.strip():
             out.append((str(message.get("id")), content))
     return out
 
@@ -196,6 +208,8 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
         self._ready = trio.Event()
         self._ready_at = 0.0
         self._gates: set[_Gate] = set()
+        #: When the running turn last heard from gemini (a hook).
+        self._last_event = 0.0
         self.closed = False
 
     async def hook(self, name: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -277,8 +291,10 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
 
     async def _submit(self, pane: TmuxPane, text: str) -> dict[str, Any]:
         await trio.sleep_until(self._ready_at + _SETTLE)
+        await self._check_login(pane)
         await self.paste_prompt(pane, text)
         await trio.sleep(_ENTER_DELAY)
+        await self._check_login(pane, pasted=True)
         await pane.keys("Enter")
         pressed_again = False
         with trio.move_on_after(_SUBMIT_TIMEOUT):
@@ -297,10 +313,25 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
                     await pane.keys("Enter")
         raise await self._failure(pane, "did not take the prompt")
 
+    async def _check_login(self, pane: TmuxPane, *, pasted: bool = False) -> None:
+        """gemini without credentials asks for them in a dialog, which would take a pasted
+        prompt for the API key: the turn fails with what to do instead (the dialog stays, for
+        a person to answer; a paste in it is withdrawn with Escape)."""
+        screen = await pane.capture()
+        found = next((words for words in _LOGIN_DIALOGS if words in screen), None)
+        if found is None:
+            return
+        if pasted:
+            await pane.keys("Escape")
+        raise b.BackendError.of(no_credentials(SPEC, f"gemini shows its dialog {found!r}"))
+
     async def _observe(
         self, pane: TmuxPane, ctx: b.TurnContext, nursery: trio.Nursery, prompt: dict[str, Any]
     ) -> b.TurnOutcome:
         calls: list[tuple[str, dict[str, Any], p.ThreadItem]] = []  # (tool, input, item)
+        give_up: list[p.TurnError] = []  # (the API cannot be reached)
+        self._last_event = trio.current_time()
+        nursery.start_soon(self._watch_api, calls, give_up)
         while True:
             event: _Hook | None = None
             with trio.move_on_after(_POLL):
@@ -319,10 +350,14 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
                     done = _completed(found[2], event.payload.get("tool_response"))
                     await ctx.emit(b.ItemCompleted(done))
             elif event is not None and event.name == "AfterAgent":
-                await self._messages(ctx, prompt)
-                return b.TurnOutcome("completed")
+                return await self._messages(ctx, prompt)
             elif event is not None:
                 self._drop(event)
+            if event is not None:
+                self._last_event = trio.current_time()
+            if give_up:
+                await self._stop_retrying(pane)
+                return b.TurnOutcome("failed", give_up[0])
             now = trio.current_time()
             if self._interrupted_at is not None and now - self._interrupted_at > _INTERRUPT_GRACE:
                 return b.TurnOutcome("interrupted")
@@ -353,16 +388,41 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
                 await ctx.emit(b.ItemCompleted(_declined(item)))
                 break
 
-    async def _messages(self, ctx: b.TurnContext, prompt: dict[str, Any]) -> None:
+    async def _watch_api(
+        self, calls: list[tuple[str, dict[str, Any], p.ThreadItem]], give_up: list[p.TurnError]
+    ) -> None:
+        """gemini retries an unreachable API for minutes and no hook says so: probe it (see
+        kit/api_probe.py) while the turn waits on the model (no tool call in flight)."""
+        url = api_url(self.settings.env)
+        target = probe_target(url, self.settings.env)
+        if target is None:
+            return
+        watch = ConnectionWatch(budget=PROBE_BUDGET)
+        error = await watch_api(target, watch, lambda: None if calls else self._last_event)
+        give_up.append(unreachable(SPEC, url, _CHECK, error, after=watch.elapsed()))
+
+    async def _stop_retrying(self, pane: TmuxPane) -> None:
+        """Escape ends gemini's retries (once: the turn's interrupt, if any, was that key)."""
+        if self._interrupted_at is None and pane.alive:
+            self._interrupted_at = trio.current_time()
+            await pane.keys("Escape")
+
+    async def _messages(self, ctx: b.TurnContext, prompt: dict[str, Any]) -> b.TurnOutcome:
+        """The turn's end: its model messages from the chat record, and its outcome (failed
+        when gemini recorded an API error)."""
         path = prompt.get("transcript_path")
         if not isinstance(path, str):
-            return
+            return b.TurnOutcome("completed")
         text = str(prompt.get("prompt") or "")
         for message_id, content in await trio.to_thread.run_sync(turn_messages, path, text):
             item = p.AgentMessageItem(id=message_id, text="")
             await ctx.emit(b.ItemStarted(item))
             await ctx.emit(b.AgentMessageDelta(message_id, content))
             await ctx.emit(b.ItemCompleted(p.AgentMessageItem(id=message_id, text=content)))
+        errors = await trio.to_thread.run_sync(turn_messages, path, text, "error")
+        if errors:
+            return b.TurnOutcome("failed", api_result_error(errors[-1][1], self.settings))
+        return b.TurnOutcome("completed")
 
 
 def _tool(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -23,29 +23,36 @@ Where each part of a turn comes from (qwen 0.24.4):
   turn there, or `_INTERRUPT_GRACE` s after the key at most.
 Coarser than the ACP mode: no images, no steering, no compaction, no effort, no MCP servers of
 the thread's; a changed model restarts qwen with `--resume`. A prompt a person types while a
-turn runs is queued by qwen and not reported. Nothing is read off the screen but an error's
-last screen.
+turn runs is queued by qwen and not reported. A refused or unreachable API: qwen's session
+record (api_records.py), as in ACP mode; Escape stops its retries. Nothing is read off the
+screen but an error's last screen and qwen's provider dialog ("Failed to login": no
+credentials), which takes no prompt.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from ... import protocol as p
 from .. import base as b
 from ..claude.approve import approve
 from ..claude.transcript import TranscriptTail
 from ..claude.tui_hooks import Entry, Hook
+from ..kit.api_errors import no_credentials
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.per_turn import prompt_with_bootstrap
 from ..kit.tmux import TmuxPane, open_tmux_pane
 from ..kit.tui_turns import PaneTurns
 from ..kit.usage import UsageTotals
+from .api_records import watch_api_records
 from .invocation import prompt_failure
+from .spec import SPEC
 from .tui_mapping import QwenTuiMapper, claude_name
 from .tui_setup import SideChannel, qwen_argv, qwen_env, side_channel, write_settings
 
@@ -65,6 +72,8 @@ _ALIVE_CHECK = 1.0
 _IDLE_LINES = 10_000
 
 _Event = Hook | Entry
+#: What qwen's provider dialog says when it has no credentials (it then takes no prompt).
+_NO_LOGIN = re.compile(r"Failed to login\. Message: (.*?)(?:\n\s*\n|$)", re.DOTALL)
 
 
 def _is_prompt_line(data: dict[str, Any]) -> bool:
@@ -211,7 +220,18 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
                         return event.payload
                 elif event is None and not pane.alive:
                     raise await self._failure(pane, "exited before taking the prompt")
+                elif event is None:
+                    await self._check_login(pane)
         raise await self._failure(pane, "did not take the prompt")
+
+    async def _check_login(self, pane: TmuxPane) -> None:
+        """qwen without credentials shows its provider dialog instead of taking the prompt:
+        the turn's error then (the session stays, for a person to log in)."""
+        screen = await pane.capture()
+        found = _NO_LOGIN.search(re.sub(r"[│┌┐└┘─]", " ", screen))
+        if found is not None:
+            detail = " ".join(found[1].split())
+            raise b.BackendError.of(no_credentials(SPEC, detail))
 
     async def _note_session(self, prompt: dict[str, Any], ctx: b.TurnContext) -> None:
         sid = prompt.get("session_id")
@@ -232,6 +252,9 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
         end: Hook | None = None  # the turn's `Stop` or `StopFailure`
         ended_at = 0.0
         idle = False  # qwen waits for input again
+        give_up: list[p.TurnError] = []  # (the API cannot be used: qwen's retries cannot help)
+        if sid := self.settings.backend_session_id:
+            nursery.start_soon(self._watch_api, sid, give_up)
         while True:
             event: _Event | None = None
             with trio.move_on_after(_POLL * 4):
@@ -244,6 +267,10 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
             elif isinstance(event, Hook) and _idle_prompt(event, since):
                 idle = True
             now = trio.current_time()
+            if give_up and end is None:
+                await self._stop_retrying(pane)
+                await self._catch_up(mapper, ctx)
+                return b.TurnOutcome("failed", give_up[0])
             if end is not None and end.name == "StopFailure":
                 await self._catch_up(mapper, ctx)
                 return self._failed(end.payload)
@@ -260,6 +287,15 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
                 return b.TurnOutcome("interrupted")
             if not pane.alive:
                 raise await self._failure(pane, "exited in the middle of a turn")
+
+    async def _watch_api(self, session_id: str, give_up: list[p.TurnError]) -> None:
+        give_up.append(await watch_api_records(session_id, self.settings.env))
+
+    async def _stop_retrying(self, pane: TmuxPane) -> None:
+        """Escape ends qwen's retries (once: the turn's interrupt, if any, was that key)."""
+        if self._interrupted_at is None and pane.alive:
+            self._interrupted_at = trio.current_time()
+            await pane.keys("Escape")
 
     async def _catch_up(self, mapper: QwenTuiMapper, ctx: b.TurnContext) -> None:
         """Map what the dual output holds by now (the turn ended without naming its last
