@@ -341,6 +341,7 @@ def _doctor() -> int:
         for profile in info.profiles:
             print(f"      {_profile_line(profile)}")
     _doctor_profiles_file()
+    _doctor_tmux([i.id for i in infos if "tui" in i.modes])
     # A backend that runs a configured command (acp) is usable once one is configured.
     usable = [i for i in infos if i.available and (i.path or not SPECS[i.id].command_setup)]
     selected = next(i for i in infos if i.id == config.default_backend)
@@ -384,6 +385,28 @@ def _doctor_profiles_file() -> None:
         return
     if profiles:
         print(f"\nprofiles: {len(profiles)} in {profiles_path(os.environ)}")
+
+
+def _doctor_tmux(tui_backends: list[str]) -> None:
+    """Whether the tui modes can run here (they need tmux)."""
+    import shutil
+    import subprocess
+
+    if not tui_backends:
+        return
+    binary = shutil.which("tmux")
+    if binary is None:
+        print(
+            f"\ntmux: not found: the tui mode ({', '.join(tui_backends)}) needs it; "
+            "install it (e.g. `apt-get install tmux`)"
+        )
+        return
+    try:
+        done = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=10)
+        version = done.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        version = "?"
+    print(f"\ntmux: {binary} ({version}): the tui mode can run ({', '.join(tui_backends)})")
 
 
 def _doctor_line(info: Any) -> str:

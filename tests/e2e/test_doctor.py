@@ -5,6 +5,7 @@ scripts/install-clis puts in .tools/, or the newest (scripts/test-latest)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,21 @@ def test_an_outdated_cli_is_reported(tmp_path: Path) -> None:
     assert line.startswith("!! ") and "version=1.0.0" in line, line
     assert f"older than the oldest version threadline is tested with ({spec.oldest_tested})" in line
     assert f"`npm install -g {spec.npm_package}@{spec.pinned_version}`" in line
+
+
+def test_tmux_for_the_tui_mode_is_reported(tmp_path: Path) -> None:
+    """The tui mode needs tmux: doctor says where it is, or how to install it."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (scripts/install-clis installs it)")
+    path = os.pathsep.join([os.path.dirname(tmux), os.path.dirname(sys.executable)])
+    done = doctor(path, None, tmp_path)
+    [line] = [x for x in done.stdout.splitlines() if "tmux:" in x]
+    assert line.startswith(f"tmux: {tmux} (tmux "), line
+    assert "claude" in line and "codex" in line, line
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = doctor(str(empty), None, tmp_path)
+    [line] = [x for x in done.stdout.splitlines() if "tmux:" in x]
+    assert line.startswith("tmux: not found") and "apt-get install tmux" in line, line
+
