@@ -168,4 +168,3 @@ def test_tmux_for_the_tui_mode_is_reported(tmp_path: Path) -> None:
     done = doctor(str(empty), None, tmp_path)
     [line] = [x for x in done.stdout.splitlines() if "tmux:" in x]
     assert line.startswith("tmux: not found") and "apt-get install tmux" in line, line
-
