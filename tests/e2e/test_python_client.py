@@ -39,6 +39,7 @@ from threadline.protocol import (
     ImageInput,
     ItemCompletedNotification,
     ItemStartedNotification,
+    MailboxMessageReceivedNotification,
     LocalImageInput,
     ReadOnlySandbox,
     TextInput,
@@ -444,3 +445,31 @@ async def test_thread_management_and_history_lists_across_a_restart(
         with pytest.raises(RpcError) as gone:
             await client.read_thread(tid)
         assert gone.value.code == -32600
+
+
+async def test_mail_between_threads(home: Path, workdir: Path) -> None:
+    """`send_mail`, `list_mail`, `read_mail`, `mark_mail_read`, typed; the arrival is a typed
+    `mailbox/messageReceived` on `subscribe()`; a reply is threaded."""
+    async with spawn(env=mock_env(home), stderr=subprocess.DEVNULL) as client:
+        events = client.subscribe()
+        alice = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        bob = (await client.start_thread(model_provider="mock", cwd=str(workdir))).thread.id
+        sent = await client.send_mail(
+            f"{alice}@threadline.local", "Hi!", subject="plan", thread_id=bob
+        )
+        with trio.fail_after(10):
+            async for note in events:
+                if isinstance(note, MailboxMessageReceivedNotification):
+                    break
+        assert note.thread_id == alice and note.message.id == sent.id
+        assert note.message.sender == f"{bob}@threadline.local" and note.message.body is None
+        [listed] = await client.list_mail(alice, unread_only=True)
+        assert listed.subject == "plan" and listed.unread
+        assert (await client.read_mail(alice, listed.id)).body == "Hi!"
+        reply = await client.send_mail("", "Yes.", thread_id=alice, in_reply_to=listed.id)
+        assert reply.to == f"{bob}@threadline.local" and reply.subject == "Re: plan"
+        assert reply.in_reply_to == listed.message_id
+        assert not (await client.mark_mail_read(alice, listed.id)).unread
+        assert await client.list_mail(alice, unread_only=True) == []
+        with pytest.raises(RpcError):
+            await client.read_mail(alice, "no-such-message")

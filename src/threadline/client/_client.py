@@ -57,6 +57,7 @@ from ._messages import (
     decode_notification,
     decode_request_params,
 )
+from ._mail import MailRequests
 from ._requests import ThreadRequests
 from ._tools import Tool, answer_tool_call, handles, specs
 
@@ -183,7 +184,7 @@ class TurnStream:
         return await self._client.steer_turn(self.thread_id, self.turn_id, prompt)
 
 
-class Client(ThreadRequests):
+class Client(ThreadRequests, MailRequests):
     """A connection to a threadline server. Create it with `spawn()` or `connect()`."""
 
     def __init__(
