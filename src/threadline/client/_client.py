@@ -50,6 +50,7 @@ from ..rpc.endpoint import Endpoint, Incoming, PeerClosed, ResponseError
 from ..rpc.framing import DEFAULT_MAX_LINE
 from ..rpc.transport import StreamTransport, Trace, TracedTransport
 from ._inputs import Prompt, to_inputs
+from ._mail import MailRequests
 from ._messages import (
     Notification,
     ServerRequest,
@@ -57,7 +58,6 @@ from ._messages import (
     decode_notification,
     decode_request_params,
 )
-from ._mail import MailRequests
 from ._requests import ThreadRequests
 from ._tools import Tool, answer_tool_call, handles, specs
 
