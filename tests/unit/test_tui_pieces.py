@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from threadline.backends.claude.tui_debug import DebugTail
 from threadline.backends.claude.tui_hooks import TOKEN_VARIABLE, hook_settings
 from threadline.backends.claude.tui_setup import config_path, prepare_config
 from threadline.backends.kit.hook_http import new_token, serve_hooks
@@ -87,3 +88,25 @@ def test_hook_settings_hold_no_secret() -> None:
         assert hook["allowedEnvVars"] == [TOKEN_VARIABLE]
     permission = settings["hooks"]["PermissionRequest"][0]["hooks"][0]
     assert permission["timeout"] >= 24 * 3600  # longer than any approval wait
+
+
+def test_claude_debug_log_lines_become_api_retries(tmp_path: Path) -> None:
+    """An interactive claude's failed API attempts, read from its debug log as it grows."""
+    log = tmp_path / "debug.log"
+    log.write_text(
+        "2026-11-27T22:23:13.441Z [DEBUG] Error log sink initialized\n"
+        "2026-11-27T22:23:13.944Z [ERROR] API error (attempt 1/11): undefined Connection error.\n"
+        "2026-11-27T22:23:14.481Z [ERROR] API error (attempt 2/11): 401 "
+        '{"type":"error","error":{"type":"authentication_error"}}\n'
+        "2026-11-27T22:23:15.700Z [ERROR] API error (attempt 3/1"
+    )
+    tail = DebugTail(str(log))
+    first, second = tail.read()
+    assert first.message["error_status"] is None and first.message["attempt"] == 1
+    assert first.message["max_retries"] == 11 and first.message["error"] == "Connection error."
+    assert second.message["error_status"] == 401 and round(second.at - first.at, 3) == 0.537
+    assert tail.read() == []  # (the last line is not complete yet)
+    with log.open("a") as f:
+        f.write("1): 529 overloaded\n")
+    [third] = tail.read()
+    assert third.message["error_status"] == 529 and third.message["attempt"] == 3

@@ -16,7 +16,6 @@ reported once, at the end of the turn.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ import msgspec
 
 from ... import protocol as p
 from .. import base as b
+from ..kit.file_tail import LineTail
 from ..kit.usage import add_usage
 from .mapping import ClaudeTurnMapper, usage_breakdown
 
@@ -32,38 +32,27 @@ __all__ = ["TranscriptMapper", "TranscriptTail"]
 log = logging.getLogger("threadline.backend.claude")
 
 _INTERRUPTED = "[Request interrupted by user"
-_READ = 1 << 20
 
 
 class TranscriptTail:
-    """The complete lines appended to a JSONL file since the last `read()` (from its start:
+    """The JSON lines appended to the transcript since the last `read()` (from its start:
     the turn picks its own lines by the prompt line)."""
 
     def __init__(self) -> None:
-        self.path: str | None = None
-        self._offset = 0
-        self._partial = b""
+        self._tail: LineTail | None = None
         self._decoder = msgspec.json.Decoder()
+
+    @property
+    def path(self) -> str | None:
+        return self._tail.path if self._tail is not None else None
 
     def follow(self, path: str) -> None:
         if path != self.path:
-            self.path, self._offset, self._partial = path, 0, b""
+            self._tail = LineTail(path)
 
     def read(self) -> list[dict[str, Any]]:
-        if self.path is None:
-            return []
-        try:
-            with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < self._offset:
-                    self._offset, self._partial = 0, b""  # (rewritten: read it again)
-                f.seek(self._offset)
-                data = f.read(_READ)
-        except OSError:
-            return []
-        self._offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
         out = []
-        for line in lines:
+        for line in self._tail.read() if self._tail is not None else ():
             try:
                 value = self._decoder.decode(line)
             except msgspec.DecodeError:

@@ -16,10 +16,11 @@ with it.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from ..kit.file_tail import LineTail
 
 __all__ = ["ApiAttempt", "DebugTail", "parse_attempt"]
 
@@ -27,7 +28,6 @@ _ATTEMPT = re.compile(
     r"^(?P<at>\S+) \[ERROR\] API error \(attempt (?P<n>\d+)/(?P<of>\d+)\): (?P<status>\S+) ?"
     r"(?P<text>.*)$"
 )
-_READ = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -63,19 +63,8 @@ class DebugTail:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._offset = 0
-        self._partial = b""
+        self._tail = LineTail(path)
 
     def read(self) -> list[ApiAttempt]:
-        try:
-            with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < self._offset:
-                    self._offset, self._partial = 0, b""
-                f.seek(self._offset)
-                data = f.read(_READ)
-        except OSError:
-            return []
-        self._offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        found = (parse_attempt(line.decode(errors="replace")) for line in lines)
+        found = (parse_attempt(line.decode(errors="replace")) for line in self._tail.read())
         return [a for a in found if a is not None]
