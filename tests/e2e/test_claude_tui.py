@@ -330,6 +330,27 @@ async def test_resume_after_restart_and_nothing_left(
     assert user_texts(after.messages).count(ROLE) == 1  # the bootstrap is not sent again
 
 
+async def test_resume_of_a_thread_that_never_ran_a_turn(
+    nursery: trio.Nursery, claude_env: ClaudeEnv
+) -> None:
+    """claude saves a conversation only once it has a prompt: a tui thread resumed after a
+    restart before its first turn has nothing to `--resume`, and starts its session afresh."""
+    env = claude_env
+    env.script(Rule("first words", ["Hello at last."]))
+    async with env.server(nursery) as srv:
+        tid, _ = await open_tui_thread(env, srv, developerInstructions=ROLE)
+    assert await env.wait_no_leftovers() == []
+    async with env.server(nursery) as srv:
+        await srv.initialize()
+        resumed = await srv.call("thread/resume", {"threadId": tid, "cwd": str(env.work)})
+        assert resumed["thread"]["tui"]["session"] == tid
+        t, events = await turn(srv, tid, "first words")
+        assert status(t) == "completed", t.get("error")
+        assert agent_text(events) == "Hello at last."
+    [request] = env.fake.model_requests
+    assert ROLE in request.system_text and user_texts(request.messages).count(ROLE) == 1
+
+
 # -- interrupts while the model answers and while an approval waits --------------------------
 
 

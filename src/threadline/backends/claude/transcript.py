@@ -19,48 +19,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from ... import protocol as p
 from .. import base as b
-from ..kit.file_tail import LineTail
 from ..kit.usage import add_usage
 from .mapping import ClaudeTurnMapper, usage_breakdown
 
-__all__ = ["TranscriptMapper", "TranscriptTail"]
+__all__ = ["TranscriptMapper"]
 
 log = logging.getLogger("threadline.backend.claude")
 
 _INTERRUPTED = "[Request interrupted by user"
-
-
-class TranscriptTail:
-    """The JSON lines appended to the transcript since the last `read()` (from its start:
-    the turn picks its own lines by the prompt line)."""
-
-    def __init__(self) -> None:
-        self._tail: LineTail | None = None
-        self._decoder = msgspec.json.Decoder()
-
-    @property
-    def path(self) -> str | None:
-        return self._tail.path if self._tail is not None else None
-
-    def follow(self, path: str) -> None:
-        if path != self.path:
-            self._tail = LineTail(path)
-
-    def read(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self._tail.read() if self._tail is not None else ():
-            try:
-                value = self._decoder.decode(line)
-            except msgspec.DecodeError:
-                log.debug("claude transcript: an unreadable line")
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ import trio
 
 from ... import protocol as p
 from .. import base as b
+from ..kit.file_tail import JsonLineTail
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.tmux import TmuxPane, open_tmux_pane
 from ..kit.tui_turns import PaneTurns
@@ -50,7 +51,7 @@ from .content import _references
 from .invocation import _NO_CONVERSATION, ClaudeSession, _env, _session_flag, effort_level
 from .mapping import error_info_for_status
 from .mcp import mcp_config, server_rules
-from .transcript import TranscriptMapper, TranscriptTail
+from .transcript import TranscriptMapper
 from .tui_debug import ApiAttempt, DebugTail
 from .tui_hooks import TOKEN_VARIABLE, Entry, Hook, HookReply, hook_settings
 from .tui_setup import prepare_config
@@ -120,7 +121,7 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
         self.init_pane_turns()
         self._send, self._events = trio.open_memory_channel[_Event](10_000)
         self._replies: set[HookReply] = set()
-        self._tail = TranscriptTail()
+        self._tail = JsonLineTail()
         #: claude's debug log (its failed API attempts), in a private directory of the session.
         self._debug: DebugTail | None = None
         #: When the running turn began (epoch seconds: the debug log's clock).

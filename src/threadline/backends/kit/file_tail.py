@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Any
 
-__all__ = ["LineTail"]
+import msgspec
+
+__all__ = ["JsonLineTail", "LineTail"]
+
+log = logging.getLogger("threadline.backend")
 
 _READ = 1 << 20
 
@@ -30,3 +36,33 @@ class LineTail:
         self._offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
         return lines
+
+
+class JsonLineTail:
+    """The JSON objects appended, one a line, to the file it follows since the last `read()`
+    (from its start; an unreadable line is skipped)."""
+
+    def __init__(self) -> None:
+        self._tail: LineTail | None = None
+        self._decoder = msgspec.json.Decoder()
+
+    @property
+    def path(self) -> str | None:
+        return self._tail.path if self._tail is not None else None
+
+    def follow(self, path: str) -> None:
+        """Follow `path` from its start (the same path: nothing changes)."""
+        if path != self.path:
+            self._tail = LineTail(path)
+
+    def read(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self._tail.read() if self._tail is not None else ():
+            try:
+                value = self._decoder.decode(line)
+            except msgspec.DecodeError:
+                log.debug("%s: an unreadable line", self.path)
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out

@@ -42,9 +42,9 @@ import trio
 from ... import protocol as p
 from .. import base as b
 from ..claude.approve import approve
-from ..claude.transcript import TranscriptTail
 from ..claude.tui_hooks import Entry, Hook
 from ..kit.api_errors import no_credentials
+from ..kit.file_tail import JsonLineTail
 from ..kit.hook_http import new_token, serve_hooks
 from ..kit.per_turn import prompt_with_bootstrap
 from ..kit.tmux import TmuxPane, open_tmux_pane
@@ -95,7 +95,7 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
         self.token = new_token()
         self.init_pane_turns()
         self._send, self._events = trio.open_memory_channel[_Event](10_000)
-        self._tail = TranscriptTail()
+        self._tail = JsonLineTail()
         self._tail.follow(channel.events)
         self._ready = trio.Event()
         self._usage = UsageTotals()
