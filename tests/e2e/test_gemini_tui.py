@@ -19,9 +19,9 @@ import pytest
 import trio
 
 from tests.e2e.gemini_env import GeminiEnv
-from tests.fakes.gemini import HttpError, Rule, ShellCommand
+from tests.fakes.gemini import HttpError, Rule, ShellCommand, Step, Text, Thought
 from tests.support.cli_env import cmdline
-from tests.support.client import Message, ServerProcess, assert_items_balanced
+from tests.support.client import Message, ServerProcess, assert_items_balanced, notifications
 from tests.support.events import (
     agent_text,
     items_completed,
@@ -92,7 +92,17 @@ def gemini_argv(env: GeminiEnv) -> list[str] | None:
 async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: GeminiEnv) -> None:
     env = gemini_env
     env.script(
-        Rule("first question", ["The answer is forty-two."]),
+        Rule(
+            "first question",
+            [
+                Step(
+                    [
+                        Thought("**Weighing it**\n\nSix times seven."),
+                        Text("The answer is forty-two."),
+                    ]
+                )
+            ],
+        ),
         Rule(
             "please accept",
             [ShellCommand("touch accepted.txt && echo made-it ci=$CI"), "Created it."],
@@ -108,6 +118,11 @@ async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: G
         t1, events = await turn(srv, tid, "first question")
         assert status(t1) == "completed", t1.get("error")
         assert agent_text(events) == "The answer is forty-two."
+        [reasoning] = items_completed(events, "reasoning")
+        assert reasoning["summary"] == ["**Weighing it** Six times seven."], reasoning
+        [usage] = notifications(events, "thread/tokenUsage/updated")
+        last = usage["params"]["tokenUsage"]["last"]
+        assert last["inputTokens"] > 0 and last["outputTokens"] > 0, usage
         shown = screen(socket, tid)
         assert "first question" in shown and "forty-two" in shown, shown
         assert env.thread_record(tid)["role_bootstrap_applied"] is True

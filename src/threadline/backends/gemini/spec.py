@@ -38,9 +38,8 @@ SPEC = BackendSpec(
             "(a blocking `BeforeTool` hook is the approval gate, under `--approval-mode "
             "yolo`), text from its chat record; resume with `--resume`",
             "bootstrap text prepended to the first prompt",
-            # Whole messages at the turn's end; no thoughts; pasted text only.
+            # Whole messages and thoughts at the turn's end; pasted text only.
             deltas=False,
-            reasoning=False,
             image_urls=False,
         ),
     },

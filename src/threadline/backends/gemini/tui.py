@@ -13,14 +13,17 @@ Where each part of a turn comes from (gemini 0.61.0):
   holds it until threadline's approval router decided (gemini runs in `yolo` mode, the hook is
   the gate: `{}` runs the call, a deny blocks it and gemini tells the model); `AfterTool`
   completes it with its result.
-- agent text: gemini's chat record (the hooks' `transcript_path`), read when the turn ends:
-  each of the turn's model messages with text is one `agentMessage`, whole (no deltas).
+- agent text, thoughts and tokens: gemini's chat record (the hooks' `transcript_path`), read
+  when the turn ends: each of the turn's model messages with text is one `agentMessage`,
+  whole (no deltas), its thoughts one `reasoning` item, and the messages' `tokens` added up
+  are the turn's token usage.
 - the end: `AfterAgent`. An interrupt (Escape, which also kills the running command) ends the
   turn `_INTERRUPT_GRACE` s after the key (gemini reports no hook for a cancelled turn).
 - API failures: an error gemini showed is an `error` message of its chat record (the turn
   fails with it); an API gemini cannot reach it retries for minutes in silence, so threadline
   probes the API's host and port meanwhile (kit/api_probe.py) and Escape stops the retries.
-Coarser than the ACP mode: no streaming, no reasoning, no images, no token usage; a changed
+Coarser than the ACP mode: no streaming (whole messages and thoughts at the turn's end), no
+images; a changed
 model restarts gemini with `--resume`. Nothing is read off the screen but an error's last
 screen and gemini's dialogs asking for credentials (checked before a paste, which the API key
 dialog would take for the key).
@@ -46,6 +49,7 @@ from ..kit.hook_http import new_token, serve_hooks
 from ..kit.per_turn import prompt_with_bootstrap
 from ..kit.tmux import TmuxPane, open_tmux_pane
 from ..kit.tui_turns import PaneTurns
+from ..kit.usage import UsageFields, UsageTotals, add_usage, read_usage
 from .headless import api_result_error
 from .invocation import _CHECK, PROBE_BUDGET, api_url
 from .sessions import prune_empty
@@ -70,6 +74,10 @@ _SHELL = "run_shell_command"
 _EDITS = ("write_file", "replace")
 _EXIT = re.compile(r"^Exit Code: (-?\d+)\s*$", re.M)
 _DENY = {"decision": "deny", "reason": "The user declined this tool call."}
+#: A chat record message's `tokens`.
+_RECORD_USAGE = UsageFields(
+    input="input", output="output", total="total", cached="cached", reasoning="thoughts"
+)
 #: The words of gemini's dialogs asking for credentials (it then has none it can use).
 _LOGIN_DIALOGS = ("Enter Gemini API Key", "How would you like to authenticate")
 
@@ -154,10 +162,10 @@ def _declined(item: p.ThreadItem) -> p.ThreadItem:
     return item
 
 
-def turn_messages(path: str, prompt: str, kind: str = "gemini") -> list[tuple[str, str]]:
-    """(id, text) of the `kind` messages (the model's; `error`: the API errors gemini showed)
-    after the last user message `prompt` in gemini's chat record (each line a message,
-    upserted by id, or a `$set` of all of them)."""
+def turn_records(path: str, prompt: str) -> list[dict[str, Any]]:
+    """The messages after the last user message `prompt` in gemini's chat record (each line
+    a message, upserted by id, or a `$set` of all of them): the model's (`gemini`, with
+    `content`, `thoughts` and `tokens`), the API errors it showed (`error`), notes (`info`)."""
     messages: dict[str, dict[str, Any]] = {}
     try:
         with open(path, encoding="utf-8") as f:
@@ -181,12 +189,49 @@ def turn_messages(path: str, prompt: str, kind: str = "gemini") -> list[tuple[st
     for index, message in enumerate(ordered):
         if message.get("type") == "user" and prompt.strip() in _text(message.get("content")):
             start = index + 1
-    out = []
-    for message in ordered[start:]:  # (read at the turn's end: no later turn is there)
+    return ordered[start:]  # (read at the turn's end: no later turn is there)
+
+
+def record_events(records: list[dict[str, Any]]) -> list[b.BackendEvent]:
+    """The turn's model messages as items: its thoughts (`**subject** description`, as
+    gemini shows them) as reasoning, its text as an agent message, each whole."""
+    events: list[b.BackendEvent] = []
+    for message in records:
+        if message.get("type") != "gemini":
+            continue
+        base = str(message.get("id"))
+        thoughts = [t for t in message.get("thoughts") or () if isinstance(t, dict)]
+        summary = [_thought(t) for t in thoughts if _thought(t)]
+        if summary:
+            item_id = f"{base}-thoughts"
+            events.append(b.ItemStarted(p.ReasoningItem(id=item_id)))
+            for index, part in enumerate(summary):
+                events.append(b.ReasoningSummaryPartAdded(item_id, index))
+                events.append(b.ReasoningSummaryDelta(item_id, part, index))
+            events.append(b.ItemCompleted(p.ReasoningItem(id=item_id, summary=summary)))
         content = message.get("content")
-        if message.get("type") == kind and isinstance(content, str) and content.strip():
-            out.append((str(message.get("id")), content))
-    return out
+        if isinstance(content, str) and content.strip():
+            events.append(b.ItemStarted(p.AgentMessageItem(id=base, text="")))
+            events.append(b.AgentMessageDelta(base, content))
+            events.append(b.ItemCompleted(p.AgentMessageItem(id=base, text=content)))
+    return events
+
+
+def record_usage(records: list[dict[str, Any]]) -> p.TokenUsageBreakdown | None:
+    """The turn's tokens: its model messages' `tokens`, added up."""
+    total = None
+    for message in records:
+        if message.get("type") == "gemini":
+            usage = read_usage(message.get("tokens"), _RECORD_USAGE)
+            if usage is not None:
+                total = usage if total is None else add_usage(total, usage)
+    return total
+
+
+def _thought(thought: dict[str, Any]) -> str:
+    subject = str(thought.get("subject") or "").strip()
+    description = str(thought.get("description") or "").strip()
+    return f"**{subject}** {description}".strip() if subject else description
 
 
 def _text(content: Any) -> str:
@@ -210,6 +255,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
         self._gates: set[_Gate] = set()
         #: When the running turn last heard from gemini (a hook).
         self._last_event = 0.0
+        self._usage = UsageTotals()
         self.closed = False
 
     async def hook(self, name: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -408,20 +454,20 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
             await pane.keys("Escape")
 
     async def _messages(self, ctx: b.TurnContext, prompt: dict[str, Any]) -> b.TurnOutcome:
-        """The turn's end: its model messages from the chat record, and its outcome (failed
-        when gemini recorded an API error)."""
+        """The turn's end: its model messages and token usage from the chat record, and its
+        outcome (failed when gemini recorded an API error)."""
         path = prompt.get("transcript_path")
         if not isinstance(path, str):
             return b.TurnOutcome("completed")
         text = str(prompt.get("prompt") or "")
-        for message_id, content in await trio.to_thread.run_sync(turn_messages, path, text):
-            item = p.AgentMessageItem(id=message_id, text="")
-            await ctx.emit(b.ItemStarted(item))
-            await ctx.emit(b.AgentMessageDelta(message_id, content))
-            await ctx.emit(b.ItemCompleted(p.AgentMessageItem(id=message_id, text=content)))
-        errors = await trio.to_thread.run_sync(turn_messages, path, text, "error")
+        records = await trio.to_thread.run_sync(turn_records, path, text)
+        for event in record_events(records):
+            await ctx.emit(event)
+        if (usage := record_usage(records)) is not None:
+            await ctx.emit(b.TokenUsageUpdated(self._usage.add(usage)))
+        errors = [str(m.get("content")) for m in records if m.get("type") == "error"]
         if errors:
-            return b.TurnOutcome("failed", api_result_error(errors[-1][1], self.settings))
+            return b.TurnOutcome("failed", api_result_error(errors[-1], self.settings))
         return b.TurnOutcome("completed")
 
 
