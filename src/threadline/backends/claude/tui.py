@@ -312,7 +312,7 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
                 for ev in mapper.mapper.feed(event.message):
                     await ctx.emit(ev)
             if (give_up := mapper.mapper.give_up) is not None:
-                await self._stop_retrying(pane)
+                await self.stop_retrying(pane)
                 return b.TurnOutcome("failed", give_up)
             if isinstance(event, Hook) and event.name in ("Stop", "StopFailure"):
                 end, ended_at = event, trio.current_time()
@@ -327,13 +327,6 @@ class ClaudeTuiSession(PaneTurns, ClaudeSession):
                 return b.TurnOutcome("interrupted")
             if not pane.alive:
                 raise await self._failure(pane, "exited in the middle of a turn")
-
-    async def _stop_retrying(self, pane: TmuxPane) -> None:
-        """Escape ends claude's retries of an API it cannot use (its retry loop takes the
-        interrupt at once); the interrupt line it writes belongs to this turn."""
-        if self._interrupted_at is None and pane.alive:
-            self._interrupted_at = trio.current_time()
-            await pane.keys("Escape")
 
     async def _tool_hook(
         self,

@@ -402,7 +402,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
             if event is not None:
                 self._last_event = trio.current_time()
             if give_up:
-                await self._stop_retrying(pane)
+                await self.stop_retrying(pane)
                 return b.TurnOutcome("failed", give_up[0])
             now = trio.current_time()
             if self._interrupted_at is not None and now - self._interrupted_at > _INTERRUPT_GRACE:
@@ -446,12 +446,6 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
         watch = ConnectionWatch(budget=PROBE_BUDGET)
         error = await watch_api(target, watch, lambda: None if calls else self._last_event)
         give_up.append(unreachable(SPEC, url, _CHECK, error, after=watch.elapsed()))
-
-    async def _stop_retrying(self, pane: TmuxPane) -> None:
-        """Escape ends gemini's retries (once: the turn's interrupt, if any, was that key)."""
-        if self._interrupted_at is None and pane.alive:
-            self._interrupted_at = trio.current_time()
-            await pane.keys("Escape")
 
     async def _messages(self, ctx: b.TurnContext, prompt: dict[str, Any]) -> b.TurnOutcome:
         """The turn's end: its model messages and token usage from the chat record, and its

@@ -7,6 +7,8 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
+import trio
+
 from .. import base as b
 from .tmux import TmuxPane
 
@@ -54,6 +56,13 @@ class PaneTurns(abc.ABC):
         tail = "\n".join(line for line in screen.splitlines() if line.strip())[-2000:]
         message = f"{self.cli_name} {what}" + (f"; its screen: {tail}" if tail else "")
         return b.BackendError(message, codex_error_info="other", additional_details=tail or None)
+
+    async def stop_retrying(self, pane: TmuxPane) -> None:
+        """Escape ends the CLI's retries of an API it cannot use (once a turn: an interrupt
+        was that key already)."""
+        if self._interrupted_at is None and pane.alive:
+            self._interrupted_at = trio.current_time()
+            await pane.keys("Escape")
 
     async def paste_prompt(self, pane: TmuxPane, text: str) -> None:
         """Paste `text` into the CLI's input; the session's error when the CLI has exited."""

@@ -268,7 +268,7 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
                 idle = True
             now = trio.current_time()
             if give_up and end is None:
-                await self._stop_retrying(pane)
+                await self.stop_retrying(pane)
                 await self._catch_up(mapper, ctx)
                 return b.TurnOutcome("failed", give_up[0])
             if end is not None and end.name == "StopFailure":
@@ -290,12 +290,6 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
 
     async def _watch_api(self, session_id: str, give_up: list[p.TurnError]) -> None:
         give_up.append(await watch_api_records(session_id, self.settings.env))
-
-    async def _stop_retrying(self, pane: TmuxPane) -> None:
-        """Escape ends qwen's retries (once: the turn's interrupt, if any, was that key)."""
-        if self._interrupted_at is None and pane.alive:
-            self._interrupted_at = trio.current_time()
-            await pane.keys("Escape")
 
     async def _catch_up(self, mapper: QwenTuiMapper, ctx: b.TurnContext) -> None:
         """Map what the dual output holds by now (the turn ended without naming its last
