@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from tests.support.events import (
     turn,
 )
 from tests.support.mcp import logged_calls, servers
+from tests.support.tui import answer, environ, screen, tmux, tmux_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tmux")]
 
@@ -65,38 +64,6 @@ async def open_tui_thread(
     result = await srv.call("thread/start", params)
     tid = result["thread"]["id"]
     return tid, f"threadline-{srv.pid}"
-
-
-def tmux(socket: str, *args: str) -> str:
-    done = subprocess.run(
-        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=False
-    )
-    return done.stdout
-
-
-def screen(socket: str, session: str) -> str:
-    return tmux(socket, "capture-pane", "-p", "-t", session)
-
-
-def tmux_servers(socket: str) -> list[int]:
-    """Live tmux server processes on `socket`."""
-    return [
-        pid
-        for pid in _pids()
-        if (argv := cmdline(pid)) and "tmux" in os.path.basename(argv[0]) and socket in argv
-    ]
-
-
-def _pids() -> list[int]:
-    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
-
-
-def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
-    def on_request(message: Message) -> Any:
-        seen.append(message)
-        return {"decision": decision}
-
-    return on_request
 
 
 def user_texts(messages: list[dict[str, Any]]) -> str:
@@ -399,14 +366,6 @@ async def test_interrupt_while_answering_and_while_approval_waits(
 
 
 # -- secrets, and a threadline killed with SIGKILL -------------------------------------------
-
-
-def environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 async def test_secrets_stay_out_of_tmux_and_a_sigkilled_server_is_reaped(

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,6 +37,7 @@ from tests.support.events import (
     requests_in,
     turn,
 )
+from tests.support.tui import answer, environ, screen, tmux, tmux_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tmux")]
 
@@ -63,25 +62,6 @@ async def open_tui_thread(
         {"cwd": str(env.work), "modelProvider": "codex", "config": TUI, **params},
     )
     return result["thread"]["id"], result["thread"]["tui"]
-
-
-def tmux(socket: str, *args: str) -> str:
-    done = subprocess.run(
-        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=False
-    )
-    return done.stdout or done.stderr
-
-
-def screen(socket: str, session: str) -> str:
-    return tmux(socket, "capture-pane", "-p", "-J", "-t", session)
-
-
-def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
-    def on_request(message: Message) -> Any:
-        seen.append(message)
-        return {"decision": decision}
-
-    return on_request
 
 
 def type_in(tui: dict[str, Any], text: str) -> None:
@@ -465,26 +445,6 @@ async def test_resume_after_restart_and_nothing_left(
 
 
 # -- secrets outside tmux; a SIGKILLed threadline's TUI, app-server and commands reaped --------
-
-
-def environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def tmux_servers(socket: str) -> list[int]:
-    """Live tmux server processes on `socket`."""
-    return [
-        int(pid)
-        for pid in os.listdir("/proc")
-        if pid.isdigit()
-        and (argv := cmdline(int(pid)))
-        and "tmux" in os.path.basename(argv[0])
-        and socket in argv
-    ]
 
 
 async def test_secrets_stay_out_of_tmux_and_a_sigkilled_server_is_reaped(

@@ -9,10 +9,7 @@ the test's marker variable).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,6 +27,7 @@ from tests.support.events import (
     status,
     turn,
 )
+from tests.support.tui import answer, screen, tmux, tmux_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("tmux")]
 
@@ -47,34 +45,6 @@ async def open_tui_thread(env: GeminiEnv, srv: ServerProcess, **params: Any) -> 
     )
     tid = result["thread"]["id"]
     return tid, f"threadline-{srv.pid}"
-
-
-def tmux(socket: str, *args: str) -> str:
-    done = subprocess.run(
-        ["tmux", "-L", socket, *args], capture_output=True, text=True, check=False
-    )
-    return done.stdout
-
-
-def screen(socket: str, session: str) -> str:
-    return tmux(socket, "capture-pane", "-p", "-t", session)
-
-
-def tmux_servers(socket: str) -> list[int]:
-    """Live tmux server processes on `socket`."""
-    return [
-        pid
-        for pid in (int(n) for n in os.listdir("/proc") if n.isdigit())
-        if (argv := cmdline(pid)) and "tmux" in os.path.basename(argv[0]) and socket in argv
-    ]
-
-
-def answer(decision: str, seen: list[Message]) -> Callable[[Message], Any]:
-    def on_request(message: Message) -> Any:
-        seen.append(message)
-        return {"decision": decision}
-
-    return on_request
 
 
 def gemini_argv(env: GeminiEnv) -> list[str] | None:
