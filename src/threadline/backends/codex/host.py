@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import msgspec
@@ -111,18 +112,20 @@ class CodexHost:
                 self.alive = True
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    self._endpoint = Endpoint(
-                        proc, name="codex app-server", on_message=self._route, on_eof=self._ended
-                    )
-                    nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
-                    await self._handshake()
-                    started = True
-                    task_status.started()
-                    await self._stop.wait()
-                    await proc.close_stdin()
-                    with trio.move_on_after(EXIT_GRACE):
-                        await proc.wait()
-                    nursery.cancel_scope.cancel()
+                    async with self._link(proc, nursery) as transport:
+                        self._endpoint = Endpoint(
+                            transport,
+                            name="codex app-server",
+                            on_message=self._route,
+                            on_eof=self._ended,
+                        )
+                        nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
+                        await self._handshake()
+                        started = True
+                        task_status.started()
+                        await self._stop.wait()
+                        await self._shut_down(proc)
+                        nursery.cancel_scope.cancel()
             if not started:
                 raise _exit_error(self.proc, "exited during start-up")
         except Exception:
@@ -131,6 +134,17 @@ class CodexHost:
             log.exception("codex app-server %s failed", self.proc)
         finally:
             self._gone()
+
+    @asynccontextmanager
+    async def _link(self, proc: GroupProcess, nursery: trio.Nursery) -> AsyncIterator[Any]:
+        """What the JSON-RPC endpoint speaks over: the app-server's stdio."""
+        yield proc
+
+    async def _shut_down(self, proc: GroupProcess) -> None:
+        """Stopping: the app-server ends at stdin's EOF."""
+        await proc.close_stdin()
+        with trio.move_on_after(EXIT_GRACE):
+            await proc.wait()
 
     def _gone(self) -> None:
         self.alive = False

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 from trio_websocket import wrap_client_stream
 
-from ...procs.early import Eligible
-from ...rpc.endpoint import Endpoint
+from ...procs.group import GroupProcess
 from ...rpc.transport import StreamTransport
 from ...rpc.ws_lines import WsLineStream
 from .. import base as b
-from ..kit.spawn import open_session_process
 from .host import EXIT_GRACE, CodexHost
-from .invocation import LAUNCHER_VARS, _exit_error
+from .invocation import _exit_error
 
 __all__ = ["CodexWsHost"]
 
@@ -42,53 +42,22 @@ class CodexWsHost(CodexHost):
         super().__init__([*argv, "--listen", "ws://127.0.0.1:0"], cwd, env)
         self.url: str | None = None
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Spawn, connect, `initialize`, serve until stopped. Raises only before `started`."""
-        started = False
-        try:
-            async with open_session_process(
-                self.argv,
-                cwd=self.cwd,
-                env=self.env,
-                name="codex app-server",
-                early=Eligible(env_keys=LAUNCHER_VARS),
-            ) as proc:
-                self.proc = proc
-                self.alive = True
-                url, port = await self._listening()
-                self.url = url
-                async with (
-                    await trio.open_tcp_stream("127.0.0.1", port) as stream,
-                    trio.open_nursery() as nursery,
-                ):
-                    self._nursery = nursery
-                    ws = await wrap_client_stream(
-                        nursery, stream, "127.0.0.1", "/", max_message_size=_MAX_MESSAGE
-                    )
-                    frames = WsLineStream(ws)
-                    self._endpoint = Endpoint(
-                        StreamTransport(frames, frames),
-                        name="codex app-server",
-                        on_message=self._route,
-                        on_eof=self._ended,
-                    )
-                    nursery.start_soon(self._serve, self._endpoint, nursery.cancel_scope)
-                    await self._handshake()
-                    started = True
-                    task_status.started()
-                    await self._stop.wait()
-                    nursery.cancel_scope.cancel()
-                # (a listening app-server does not end at stdin's EOF)
-                with trio.CancelScope(shield=True):
-                    await proc.terminate(EXIT_GRACE)
-            if not started:
-                raise _exit_error(self.proc, "exited during start-up")
-        except Exception:
-            if not started:
-                raise
-            log.exception("codex app-server %s failed", self.proc)
-        finally:
-            self._gone()
+    @asynccontextmanager
+    async def _link(self, proc: GroupProcess, nursery: trio.Nursery) -> AsyncIterator[Any]:
+        """A WebSocket connection to the app-server, once it listens."""
+        url, port = await self._listening()
+        self.url = url
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            ws = await wrap_client_stream(
+                nursery, stream, "127.0.0.1", "/", max_message_size=_MAX_MESSAGE
+            )
+            frames = WsLineStream(ws)
+            yield StreamTransport(frames, frames)
+
+    async def _shut_down(self, proc: GroupProcess) -> None:
+        """Stopping: a listening app-server does not end at stdin's EOF."""
+        with trio.CancelScope(shield=True):
+            await proc.terminate(EXIT_GRACE)
 
     async def _listening(self) -> tuple[str, int]:
         """The server's URL and port, once its stderr says it listens."""
