@@ -551,8 +551,11 @@ async def resume_after_restart(
     nursery: trio.Nursery, env: GeminiEnv, *, age_minutes: int
 ) -> tuple[float, bool, str]:
     """Turn 1 in one threadline, then thread/resume in a new one (→ session/load) and turn 2.
-    Returns (seconds from thread/resume to turn 2's end, whether the session file is named
-    after the minute of the resume, the second threadline's stderr)."""
+    Returns (seconds from thread/resume to turn 2's end, whether the session file was named
+    after the current minute from thread/resume until threadline loaded it, the second
+    threadline's stderr). The load happens between thread/resume and turn 2's end: when the
+    minute turned in that span and threadline did not wait, it may have looked after the turn,
+    and the second value is False."""
     env.script(
         Rule("remember the word", ["Noted: PAPAYA."]),
         Rule("which word", ["It was PAPAYA."]),
@@ -585,6 +588,7 @@ async def resume_after_restart(
         ]
         t2, events = await turn(srv, tid, "which word was it?", timeout=90)
         elapsed = time.monotonic() - t0
+        minute_turned = time.strftime("%Y-%m-%dT%H-%M") != now
         assert status(t2) == "completed" and agent_text(events) == "It was PAPAYA.", t2
         # the history replayed by session/load is not shown as part of this turn
         assert [i["type"] for i in items_started(events)] == ["userMessage", "agentMessage"]
@@ -595,6 +599,8 @@ async def resume_after_restart(
     assert human_texts(after) == [ROLE, "remember the word PAPAYA", "which word was it?"]
     assert model_texts(after) == ["Noted: PAPAYA."]
     assert ROLE in human_texts(before)
+    if minute_turned and "same-minute bug" not in stderr:
+        same_minute = False  # threadline may have looked after the minute turned
     return elapsed, same_minute, stderr
 
 
@@ -611,6 +617,8 @@ async def test_acp_resume_in_the_same_minute(nursery: trio.Nursery, gemini_env: 
     """Gemini 0.61.0 wipes a session loaded within the minute its file is named after
     (reference §7.6): threadline waits for the next minute (up to ~60 s here), and the
     conversation survives."""
+    if (second := time.localtime().tm_sec) > 40:  # turn 1 and the restart fit in its minute
+        await trio.sleep(61 - second)
     elapsed, same_minute, stderr = await resume_after_restart(nursery, gemini_env, age_minutes=0)
     gemini_env.timings["same-minute resume (waits for the next minute)"] = elapsed
     if same_minute:  # (else the minute turned between turn 1 and the resume: nothing to wait)
