@@ -22,6 +22,7 @@ from tests.support.client import Message, ServerProcess, assert_items_balanced, 
 from tests.support.events import (
     agent_text,
     items_completed,
+    items_started,
     no_requests,
     requests_in,
     status,
@@ -75,7 +76,15 @@ async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: G
         ),
         Rule(
             "please accept",
-            [ShellCommand("touch accepted.txt && echo made-it ci=$CI"), "Created it."],
+            [
+                Step(
+                    [
+                        Text("Creating it."),
+                        ShellCommand("touch accepted.txt && echo made-it ci=$CI"),
+                    ]
+                ),
+                "Created it.",
+            ],
         ),
         Rule("please decline", [ShellCommand("touch declined.txt"), "Understood, not created."]),
     )
@@ -105,7 +114,11 @@ async def test_turn_text_role_and_approvals(nursery: trio.Nursery, gemini_env: G
         assert cmd["status"] == "completed", cmd
         assert "made-it ci=1" in (cmd.get("aggregatedOutput") or ""), cmd
         assert (env.work / "accepted.txt").exists()
-        assert agent_text(events).endswith("Created it.")
+        # a message comes when its model response ends, before the calls it announced
+        kinds = [i["type"] for i in items_started(events)]
+        assert kinds == ["userMessage", "agentMessage", "commandExecution", "agentMessage"], kinds
+        [before, after] = items_completed(events, "agentMessage")
+        assert (before["text"], after["text"]) == ("Creating it.", "Created it."), events
 
         t, events = await turn(srv, tid, "please decline", answer("decline", seen))
         assert status(t) == "completed", t

@@ -38,7 +38,7 @@ SPEC = BackendSpec(
             "(a blocking `BeforeTool` hook is the approval gate, under `--approval-mode "
             "yolo`), text from its chat record; resume with `--resume`",
             "bootstrap text prepended to the first prompt",
-            # Whole messages and thoughts at the turn's end; pasted text only.
+            # Whole messages and thoughts, each as its model response ends; pasted text only.
             deltas=False,
             image_urls=False,
         ),

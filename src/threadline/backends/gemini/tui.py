@@ -13,20 +13,21 @@ Where each part of a turn comes from (gemini 0.61.0):
   holds it until threadline's approval router decided (gemini runs in `yolo` mode, the hook is
   the gate: `{}` runs the call, a deny blocks it and gemini tells the model); `AfterTool`
   completes it with its result.
-- agent text, thoughts and tokens: gemini's chat record (the hooks' `transcript_path`), read
-  when the turn ends: each of the turn's model messages with text is one `agentMessage`,
-  whole (no deltas), its thoughts one `reasoning` item, and the messages' `tokens` added up
-  are the turn's token usage.
+- agent text and thoughts: gemini's chat record (the hooks' `transcript_path`). gemini
+  appends a model response's message when the response ends, before its tool calls run: the
+  record is read at each `BeforeTool` (so a message comes before the calls it announced) and
+  at `AfterAgent`. Each model message with text is one `agentMessage`, whole (no deltas), its
+  thoughts one `reasoning` item; the turn's messages' `tokens` added up are its token usage.
 - the end: `AfterAgent`. An interrupt (Escape, which also kills the running command) ends the
   turn `_INTERRUPT_GRACE` s after the key (gemini reports no hook for a cancelled turn).
 - API failures: an error gemini showed is an `error` message of its chat record (the turn
   fails with it); an API gemini cannot reach it retries for minutes in silence, so threadline
   probes the API's host and port meanwhile (kit/api_probe.py) and Escape stops the retries.
-Coarser than the ACP mode: no streaming (whole messages and thoughts at the turn's end), no
-images; a changed
-model restarts gemini with `--resume`. Nothing is read off the screen but an error's last
-screen and gemini's dialogs asking for credentials (checked before a paste, which the API key
-dialog would take for the key).
+Coarser than the ACP mode: no deltas (whole messages and thoughts: `AfterModel`, the one hook
+that sees chunks, is awaited per chunk and carries the whole request each time), no images; a
+changed model restarts gemini with `--resume`. Nothing is read off the screen but an error's
+last screen and gemini's dialogs asking for credentials (checked before a paste, which the API
+key dialog would take for the key).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def turn_records(path: str, prompt: str) -> list[dict[str, Any]]:
     for index, message in enumerate(ordered):
         if message.get("type") == "user" and prompt.strip() in _text(message.get("content")):
             start = index + 1
-    return ordered[start:]  # (read at the turn's end: no later turn is there)
+    return ordered[start:]  # (read during the turn: no later turn is there)
 
 
 def record_events(records: list[dict[str, Any]]) -> list[b.BackendEvent]:
@@ -376,6 +377,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
     ) -> b.TurnOutcome:
         calls: list[tuple[str, dict[str, Any], p.ThreadItem]] = []  # (tool, input, item)
         give_up: list[p.TurnError] = []  # (the API cannot be reached)
+        shown: set[str] = set()  # the chat record's messages reported
         self._last_event = trio.current_time()
         nursery.start_soon(self._watch_api, calls, give_up)
         while True:
@@ -383,6 +385,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
             with trio.move_on_after(_POLL):
                 event = await self._events.receive()
             if event is not None and event.name == "BeforeTool" and event.gate is not None:
+                await self._show_messages(ctx, prompt, shown)
                 tool, args = _tool(event.payload)
                 item = _item(ctx.new_item_id(), tool, args, self.settings.cwd)
                 calls.append((tool, args, item))
@@ -396,7 +399,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
                     done = _completed(found[2], event.payload.get("tool_response"))
                     await ctx.emit(b.ItemCompleted(done))
             elif event is not None and event.name == "AfterAgent":
-                return await self._messages(ctx, prompt)
+                return await self._messages(ctx, prompt, shown)
             elif event is not None:
                 self._drop(event)
             if event is not None:
@@ -406,6 +409,7 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
                 return b.TurnOutcome("failed", give_up[0])
             now = trio.current_time()
             if self._interrupted_at is not None and now - self._interrupted_at > _INTERRUPT_GRACE:
+                await self._show_messages(ctx, prompt, shown)
                 return b.TurnOutcome("interrupted")
             if not pane.alive:
                 raise await self._failure(pane, "exited in the middle of a turn")
@@ -447,16 +451,27 @@ class GeminiTuiSession(PaneTurns, b.BackendSession):
         error = await watch_api(target, watch, lambda: None if calls else self._last_event)
         give_up.append(unreachable(SPEC, url, _CHECK, error, after=watch.elapsed()))
 
-    async def _messages(self, ctx: b.TurnContext, prompt: dict[str, Any]) -> b.TurnOutcome:
-        """The turn's end: its model messages and token usage from the chat record, and its
-        outcome (failed when gemini recorded an API error)."""
+    async def _show_messages(
+        self, ctx: b.TurnContext, prompt: dict[str, Any], shown: set[str]
+    ) -> list[dict[str, Any]]:
+        """Reports the turn's chat record messages not reported yet; returns all of them."""
         path = prompt.get("transcript_path")
         if not isinstance(path, str):
-            return b.TurnOutcome("completed")
+            return []
         text = str(prompt.get("prompt") or "")
         records = await trio.to_thread.run_sync(turn_records, path, text)
-        for event in record_events(records):
+        new = [m for m in records if str(m.get("id")) not in shown]
+        shown.update(str(m.get("id")) for m in new)
+        for event in record_events(new):
             await ctx.emit(event)
+        return records
+
+    async def _messages(
+        self, ctx: b.TurnContext, prompt: dict[str, Any], shown: set[str]
+    ) -> b.TurnOutcome:
+        """The turn's end: its last model messages and its token usage from the chat record,
+        and its outcome (failed when gemini recorded an API error)."""
+        records = await self._show_messages(ctx, prompt, shown)
         if (usage := record_usage(records)) is not None:
             await ctx.emit(b.TokenUsageUpdated(self._usage.add(usage)))
         errors = [str(m.get("content")) for m in records if m.get("type") == "error"]
