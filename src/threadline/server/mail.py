@@ -193,15 +193,26 @@ class MailService:
         while True:
             await trio.sleep(POLL)
             for tid, thread in list(self._loaded.items()):
-                if tid not in self._seen:
-                    continue
-                now = await trio.to_thread.run_sync(self.box.new_keys, tid)
-                fresh = now - self._seen[tid]
-                self._seen[tid] = self._seen[tid] | now
-                if fresh:
-                    arrived = [await self._run(self.box.read, tid, key) for key in sorted(fresh)]
-                    await self._announce(thread, arrived, seen=True)
-                self._maybe_wake(thread)
+                if tid in self._seen:
+                    await self._poll(thread)
+
+    async def _poll(self, thread: LoadedThread) -> None:
+        tid = thread.id
+        now = await trio.to_thread.run_sync(self.box.new_keys, tid)
+        # (the thread's mailbox may have been removed meanwhile: thread/delete)
+        known = self._seen.get(tid)
+        if known is None:
+            return
+        fresh, self._seen[tid] = now - known, known | now
+        arrived = []
+        for key in sorted(fresh):
+            try:
+                arrived.append(await self._run(self.box.read, tid, key))
+            except RpcError as exc:
+                log.info("thread %s: mail %s is gone before it was read: %s", tid, key, exc)
+        if arrived:
+            await self._announce(thread, arrived, seen=True)
+        self._maybe_wake(thread)
 
     async def _announce(
         self, thread: LoadedThread, arrived: list[StoredMail], seen: bool = False
