@@ -66,6 +66,9 @@ _SUBMIT_TIMEOUT = 30.0
 #: After `Stop`, how long the dual output may take to show the turn's last message.
 _STOP_GRACE = 3.0
 _INTERRUPT_GRACE = 3.0
+#: After `idle_prompt`, how long a `Stop` or `StopFailure` may still come: qwen sends its
+#: hooks without waiting for one another, and the idle one can arrive first (seen with a 401).
+_IDLE_GRACE = 1.5
 _POLL = 0.05
 _ALIVE_CHECK = 1.0
 #: Lines of the dual output kept while no turn runs (from the last prompt message on).
@@ -251,7 +254,7 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
         since = str(prompt.get("timestamp") or "")
         end: Hook | None = None  # the turn's `Stop` or `StopFailure`
         ended_at = 0.0
-        idle = False  # qwen waits for input again
+        idle_at: float | None = None  # when qwen said it waits for input again
         give_up: list[p.TurnError] = []  # (the API cannot be used: qwen's retries cannot help)
         if sid := self.settings.backend_session_id:
             nursery.start_soon(self._watch_api, sid, give_up)
@@ -265,7 +268,7 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
                 if not prompt_id or event.payload.get("prompt_id") in (None, prompt_id):
                     end, ended_at = event, trio.current_time()
             elif isinstance(event, Hook) and _idle_prompt(event, since):
-                idle = True
+                idle_at = trio.current_time() if idle_at is None else idle_at
             now = trio.current_time()
             if give_up and end is None:
                 await self.stop_retrying(pane)
@@ -279,9 +282,9 @@ class QwenTuiSession(PaneTurns, b.BackendSession):
                 or now - ended_at > _STOP_GRACE
             ):
                 return b.TurnOutcome("completed")
-            if idle and end is None:
+            interrupted = self._interrupted_at is not None
+            if idle_at is not None and end is None and (interrupted or now - idle_at > _IDLE_GRACE):
                 await self._catch_up(mapper, ctx)
-                interrupted = self._interrupted_at is not None
                 return b.TurnOutcome("interrupted" if interrupted else "completed")
             if self._interrupted_at is not None and now - self._interrupted_at > _INTERRUPT_GRACE:
                 return b.TurnOutcome("interrupted")
