@@ -387,6 +387,8 @@ class running_server:
                 raise AssertionError("threadline did not exit after stdin EOF") from None
         else:
             rc = server.proc.returncode
+        if exc[0] is not None:  # (pytest shows it with the failure)
+            print(f"threadline's stderr (exit code {rc}):\n{server.stderr_text[-6000:]}")
         if self._check_exit and exc[0] is None:
             assert rc == 0, f"exit code {rc}; stderr:\n{server.stderr_text[-3000:]}"
         with trio.move_on_after(5):

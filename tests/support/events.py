@@ -41,9 +41,13 @@ async def turn(
     on_request: Callable[[Message], Any] = no_requests,
     timeout: float = 60,
 ) -> tuple[dict[str, Any], list[Any]]:
-    """Run one turn; return (the completed turn, its events). Items must pair up."""
+    """Run one turn; return (the completed turn, its events: every thread's). The thread's
+    items must pair up (another thread's turn may still run)."""
     done, events = await srv.run_turn(tid, text, on_request=on_request, timeout=timeout)
-    assert_items_balanced(events)
+    own = [
+        e for e in events if isinstance(e, dict) and (e.get("params") or {}).get("threadId") == tid
+    ]
+    assert_items_balanced(own)
     return done["params"]["turn"], events
 
 
